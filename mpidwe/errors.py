@@ -1,0 +1,24 @@
+"""Errors a user can fix: bad options, bad input files.
+
+Entry points print these as one line and exit non-zero; everything else is a bug
+and aborts the job with a traceback.
+"""
+
+EXIT_OK = 0
+EXIT_FAILURE = 1      # unexpected error (a bug, or the machine)
+EXIT_USAGE = 2        # bad option or bad input: fix the command line or the file
+EXIT_REQUEUE = 75     # checkpoint written on SIGTERM/SIGUSR1: requeue the job (EX_TEMPFAIL)
+
+
+class MpidweError(Exception):
+    """A problem the user can fix; the message is one line, shown without traceback."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(MpidweError):
+    """An input file is missing, unreadable or malformed."""
+
+
+class ConfigError(MpidweError):
+    """An option has an invalid value."""

@@ -1,0 +1,77 @@
+"""Shared test helpers: launching real MPI jobs and making tiny corpora."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def mpiexec_path() -> str:
+    exe = Path(sys.executable).parent / "mpiexec"
+    return str(exe) if exe.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+def mpi_flavor() -> str:
+    out = subprocess.run([mpiexec_path(), "--version"], capture_output=True, text=True).stdout
+    return "openmpi" if "Open MPI" in out or "OpenRTE" in out else "mpich"
+
+
+def mpi_command(n: int, args: list[str]) -> list[str]:
+    cmd = [mpiexec_path(), "-n", str(n)]
+    if mpi_flavor() == "openmpi":
+        cmd += ["--oversubscribe"]
+    return cmd + [sys.executable] + args
+
+
+def mpi_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_mpi(n: int, args: list[str], *, timeout: float = 180, cwd=None, input=None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` under ``mpiexec -n N``; fail the test on a hang."""
+    proc = subprocess.run(mpi_command(n, args), capture_output=True, text=True, timeout=timeout,
+                          env=mpi_env(), cwd=cwd, input=input)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mpiexec -n {n} {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_py(args: list[str], *, timeout: float = 180, input=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable] + args, capture_output=True, text=True, timeout=timeout,
+                          env=mpi_env(), input=input, cwd=cwd)
+
+
+def error_lines(stderr: str) -> list[str]:
+    """Our one-line errors, without MPI launcher noise."""
+    return [ln for ln in stderr.splitlines() if ": error" in ln and ln.startswith("python -m mpidwe")]
+
+
+@pytest.fixture
+def tiny_text(tmp_path):
+    """A small multi-line text with a known vocabulary."""
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(60)]
+    lines = []
+    for _ in range(400):
+        n = rng.randint(0, 30)
+        lines.append(" ".join(rng.choice(words[: rng.randint(5, 60)]) for _ in range(n)))
+    p = tmp_path / "tiny.txt"
+    p.write_text("\n".join(lines) + "\n")
+    return p
