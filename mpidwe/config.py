@@ -205,3 +205,49 @@ def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: b
 
 def resolve_path(p: str) -> str:
     return str(Path(p).expanduser())
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``python -m mpidwe.train``: SGNS / CBOW on every rank's shard, combined over MPI."""
+
+    corpus: str | None = opt(None, "HDF5 corpus from mpidwe.preprocess; none: the demo corpus "
+                             "(generated and preprocessed under demo/ if missing)")
+    out: str = opt("run", "run directory (configuration, metrics log, vectors, checkpoints)")
+    model: str = opt("skipgram", "skipgram or cbow", choices=["skipgram", "cbow"])
+    dim: int = opt(100, "embedding dimension")
+    window: int = opt(5, "maximum window radius (word2vec shrinks it at random per word)")
+    negative: int = opt(5, "negative samples per positive example")
+    sample: float = opt(1e-4, "subsampling threshold for frequent words (0 disables)")
+    lr: float = opt(0.025, "starting learning rate (word2vec uses 0.025 for skip-gram, 0.05 for cbow)")
+    min_lr_ratio: float = opt(1e-4, "final learning rate as a fraction of --lr")
+    epochs: int = opt(1, "passes over the corpus")
+    seed: int = opt(1, "random seed (initialisation, subsampling, windows, negatives)")
+    sync: str = opt("sparse", "how ranks combine updates: dense (all-reduce of full deltas), "
+                    "sparse (only touched rows), average (model averaging)",
+                    choices=["dense", "sparse", "average"])
+    sync_every: int = opt(250_000, "words each rank trains between two syncs")
+    allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
+                         choices=["mpi", "ring"])
+    average_rows: str = opt("touched", "--sync average: divide each row's summed change by the "
+                            "ranks that touched it (touched) or by all ranks (all)",
+                            choices=["touched", "all"])
+    device: str = opt("auto", "auto (CUDA if present, else CPU), cpu or cuda",
+                      choices=["auto", "cpu", "cuda"])
+    threads: int = opt(0, "CPU threads per rank; 0: the node's cores divided among its ranks")
+    block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
+    log_every: int = opt(1, "write a metrics line every this many syncs")
+    progress: bool = opt(True, "show a progress bar on rank 0 (tqdm, standard error)")
+    export: bool = opt(True, "write the final vectors as word2vec text (RUN_DIR/vectors.txt)")
+
+    def __post_init__(self):
+        for name in ("dim", "window", "negative", "epochs", "sync_every", "block_tokens", "log_every"):
+            _positive(name, getattr(self, name))
+        for name in ("lr",):
+            _positive(name, getattr(self, name))
+        _check(0 <= self.sample < 1 and math.isfinite(self.sample), f"--sample must be in [0, 1), got {self.sample}")
+        _check(0 < self.min_lr_ratio <= 1, f"--min-lr-ratio must be in (0, 1], got {self.min_lr_ratio}")
+        _positive("threads", self.threads, allow_zero=True)
+        _check(self.dim <= 4096, f"--dim must be <= 4096, got {self.dim}")
+        _check(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
+        _check(bool(self.out), "--out must not be empty")

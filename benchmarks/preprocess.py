@@ -1,0 +1,73 @@
+"""Preprocessing speed and memory: mpidwe on 1 and 2 ranks vs gensim's vocabulary scan.
+
+    python benchmarks/preprocess.py [--input ../shared/data/enwiki-extract-100M.txt.gz]
+
+The peer is gensim 4.x ``Word2Vec.build_vocab(corpus_file=...)`` (its C-accelerated
+vocabulary pass) over the same text already normalised, which is only part of what
+preprocessing does (no id writing, no HDF5), so a ratio near 1 means mpidwe does its whole
+job in the time gensim takes to count words. Run from the repository root; prints seconds,
+peak memory (max RSS per process) and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and the largest process's max RSS in MiB (measured in a fresh
+    wrapper process, so earlier runs do not count)."""
+    probe = ("import resource,subprocess,sys\n"
+             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+    wall = time.perf_counter() - t
+    return wall, int(out.stdout.split()[-1]) / 1024
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", default=str(DATA / "enwiki-extract-100M.txt.gz"))
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    a = p.parse_args()
+    from mpidwe.demo import mpi_launch
+    from mpidwe.text import ScanStats, TextOptions, describe_source, scan_range
+
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {}
+        for n in a.ranks:
+            out = os.path.join(tmp, f"c{n}.h5")
+            cmd = mpi_launch(n, ["-m", "mpidwe.preprocess", a.input, "--output", out, "--normalize", "text8",
+                                 "--strip-doc-tags", "--min-count", "5"])
+            results[f"mpidwe {n} rank(s)"] = timed(cmd)
+        # the peer reads the same text, normalised the same way (not timed)
+        norm = os.path.join(tmp, "normalised.txt")
+        src = describe_source(a.input)
+        with open(norm, "wb") as fh:
+            for toks, nl in scan_range(src, 0, src.size, True, TextOptions("text8", False, True), ScanStats()):
+                fh.write(b" ".join(toks) + (b"\n" if nl else b" "))
+        code = ("import logging,sys\nfrom gensim.models import Word2Vec\n"
+                f"Word2Vec(vector_size=100, min_count=5, workers=2).build_vocab(corpus_file={norm!r})\n")
+        results["gensim build_vocab (corpus_file)"] = timed([sys.executable, "-c", code])
+    base = results["gensim build_vocab (corpus_file)"][0]
+    print(f"input: {a.input}")
+    print(f"{'what':36s} {'seconds':>8s} {'max RSS MiB':>12s} {'time / gensim':>14s}")
+    for k, (s, m) in results.items():
+        print(f"{k:36s} {s:8.1f} {m:12.0f} {s / base:14.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
