@@ -278,14 +278,13 @@ class Corpus:
     def read_tokens(self, start: int, end: int) -> np.ndarray:
         return self._f[D_TOKENS][start:end]
 
-    def iter_blocks(self, shard: Shard, block_tokens: int = 1 << 20,
-                    start_token: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
-        """Sentence-aligned blocks of ``shard``: (token ids, sentence starts local to the
-        block, global offset of the block). A block holds whole sentences and at most
-        ``block_tokens`` tokens unless one sentence is longer. ``start_token`` resumes at a
-        sentence boundary inside the shard. Memory is bounded by the block size."""
+    def block_spans(self, shard: Shard, block_tokens: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """The shard's block grid without reading tokens: (start, end, sentence starts
+        local to the block). A block holds whole sentences and at most ``block_tokens``
+        tokens unless one sentence is longer. The grid depends only on the shard and
+        ``block_tokens``, so a resumed run cuts the same blocks as an uninterrupted one."""
         sents = self._f[D_SENTENCES]
-        pos = shard.token_start if start_token is None else int(start_token)
+        pos = shard.token_start
         if pos >= shard.token_end:
             return
         window = 1 << 16
@@ -298,19 +297,34 @@ class Corpus:
         pending = np.zeros(0, dtype=np.int64)
         for chunk, final in boundaries():
             pending = np.concatenate((pending, chunk[chunk >= pos]))
-            if len(pending) and pending[0] != pos:
-                raise InputError(f"{self.path}: token {pos} is not a sentence start")
             while len(pending) >= 2:
                 k = int(np.searchsorted(pending, pos + block_tokens, side="right")) - 1
                 if k == len(pending) - 1 and not final:
                     break  # later boundaries may still fit in this block
                 k = max(k, 1)  # at least one sentence, however long
                 end = int(pending[k])
-                block = self._f[D_TOKENS][pos:end]
-                if len(block) and (int(block.max()) >= self.n_words or int(block.min()) < 0):
-                    raise InputError(f"{self.path} is damaged: token id out of range near token {pos}")
-                yield block, pending[:k] - pos, pos
+                yield pos, end, pending[:k] - pos
                 pos, pending = end, pending[k:]
+
+    def iter_blocks(self, shard: Shard, block_tokens: int = 1 << 20,
+                    start_token: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        """Sentence-aligned blocks of ``shard`` (see ``block_spans``): (token ids, sentence
+        starts local to the block, global offset of the block). ``start_token`` (a
+        sentence start inside the shard) resumes there: the block holding it is cut, the
+        rest of the grid is unchanged. Memory is bounded by the block size."""
+        for pos, end, local in self.block_spans(shard, block_tokens):
+            if start_token is not None and end <= start_token:
+                continue
+            if start_token is not None and pos < start_token:
+                k = int(np.searchsorted(local, start_token - pos))
+                if k >= len(local) or local[k] != start_token - pos:
+                    raise InputError(f"{self.path}: token {start_token} is not a sentence start")
+                local = local[k:] - (start_token - pos)
+                pos = start_token
+            block = self._f[D_TOKENS][pos:end]
+            if len(block) and (int(block.max()) >= self.n_words or int(block.min()) < 0):
+                raise InputError(f"{self.path} is damaged: token id out of range near token {pos}")
+            yield block, local, pos
 
     def close(self) -> None:
         self._f.close()

@@ -1,0 +1,203 @@
+"""The only module that reads or writes checkpoints (HDF5). Layout: docs/hdf5-format.md.
+
+A checkpoint holds the complete training state at a sync point (when every rank holds the
+same parameters): both matrices, the vocabulary, the full configuration, global progress,
+every rank's position and RNG state, and the metrics history. It is written by rank 0
+under a temporary name, flushed and fsynced, then renamed, so a crash at any moment
+leaves the previous checkpoint intact. This module takes no Comm: the trainer decides who
+writes and when.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+from . import __version__
+from .errors import InputError
+
+FORMAT = "mpidwe-checkpoint"
+FORMAT_VERSION = 1
+
+A_FORMAT = "format"
+A_VERSION = "format_version"
+A_TOOL_VERSION = "tool_version"
+A_CREATED = "created_utc"
+A_CONFIG = "config"
+A_CORPUS_ID = "corpus_id"
+A_CORPUS_PATH = "corpus_path"
+A_VOCAB_SHA = "vocab_sha256"
+A_PROGRESS = "progress"
+A_CHECKSUM = "params_sha256"
+A_COMPLETE = "complete"
+D_W_IN = "params/w_in"
+D_W_OUT = "params/w_out"
+D_WORDS = "vocab/words"
+D_COUNTS = "vocab/counts"
+D_RNG = "rng/state"
+D_METRICS = "metrics/history"
+
+NAME_RE = re.compile(r"^ckpt-(\d{9})\.h5$")
+
+
+@dataclass
+class Progress:
+    """Where training stands at a sync point (identical on every rank)."""
+
+    round: int                     # sync rounds completed
+    rounds: int                    # sync rounds in the whole run
+    words_done: int                # global words trained (all ranks, all epochs)
+    words_total: int
+    world_size: int
+    positions: list[int]           # per rank: local words consumed (over epochs)
+    lr: float
+
+    @property
+    def finished(self) -> bool:
+        return self.round >= self.rounds
+
+
+@dataclass
+class Checkpoint:
+    w_in: np.ndarray
+    w_out: np.ndarray
+    words: list[str]
+    counts: np.ndarray
+    config: dict
+    corpus_id: str
+    corpus_path: str
+    progress: Progress
+    rng_state: np.ndarray          # uint64 [world_size, threads]
+    metrics: list[dict] = field(default_factory=list)
+    path: str = ""
+    created: str = ""
+    tool_version: str = ""
+    complete: bool = False
+
+
+def vocab_sha256(words: list[str]) -> str:
+    return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
+
+
+def params_sha256(w_in: np.ndarray, w_out: np.ndarray) -> str:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(w_in).tobytes())
+    h.update(np.ascontiguousarray(w_out).tobytes())
+    return h.hexdigest()
+
+
+def checkpoint_name(round_: int) -> str:
+    return f"ckpt-{round_:09d}.h5"
+
+
+def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
+    """Write ``ckpt`` atomically into ``directory``; keep the newest ``keep`` files."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, checkpoint_name(ckpt.progress.round))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs[A_FORMAT] = FORMAT
+            f.attrs[A_VERSION] = FORMAT_VERSION
+            f.attrs[A_TOOL_VERSION] = __version__
+            f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            f.attrs[A_CONFIG] = json.dumps(ckpt.config, sort_keys=True)
+            f.attrs[A_CORPUS_ID] = ckpt.corpus_id
+            f.attrs[A_CORPUS_PATH] = ckpt.corpus_path
+            f.attrs[A_VOCAB_SHA] = vocab_sha256(ckpt.words)
+            f.attrs[A_PROGRESS] = json.dumps(ckpt.progress.__dict__, sort_keys=True)
+            f.attrs[A_COMPLETE] = bool(ckpt.complete)
+            f.attrs[A_CHECKSUM] = params_sha256(ckpt.w_in, ckpt.w_out)
+            f.create_dataset(D_W_IN, data=ckpt.w_in)
+            f.create_dataset(D_W_OUT, data=ckpt.w_out)
+            f.create_dataset(D_WORDS, data=np.array(ckpt.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
+            f.create_dataset(D_COUNTS, data=np.asarray(ckpt.counts, dtype=np.int64))
+            f.create_dataset(D_RNG, data=np.asarray(ckpt.rng_state, dtype=np.uint64))
+            f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
+            f.flush()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+        os.unlink(old)
+    return path
+
+
+def list_checkpoints(directory: str) -> list[str]:
+    """Checkpoint files in ``directory``, oldest first (by round in the name)."""
+    paths = [p for p in glob.glob(os.path.join(directory, "ckpt-*.h5")) if NAME_RE.match(os.path.basename(p))]
+    return sorted(paths)
+
+
+def _str(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def load(path: str, *, verify: bool = True) -> Checkpoint:
+    """Read a checkpoint, checking format, version and (with ``verify``) the parameter
+    checksum. Opens read-only, so it works while a run is writing newer checkpoints."""
+    if not os.path.exists(path):
+        raise InputError(f"checkpoint not found: {path}")
+    try:
+        f = h5py.File(path, "r", locking=False)
+    except OSError:
+        raise InputError(f"{path} is not a readable HDF5 file (truncated, damaged or not HDF5)") from None
+    try:
+        with f:
+            fmt = _str(f.attrs.get(A_FORMAT, ""))
+            if fmt != FORMAT:
+                raise InputError(f"{path} is not an mpidwe checkpoint (format attribute is {fmt!r})")
+            version = int(f.attrs.get(A_VERSION, -1))
+            if version != FORMAT_VERSION:
+                raise InputError(f"{path} has checkpoint format version {version}; this mpidwe "
+                                 f"(v{__version__}) reads version {FORMAT_VERSION}")
+            w_in, w_out = f[D_W_IN][:], f[D_W_OUT][:]
+            words = [_str(w) for w in f[D_WORDS][:]]
+            if verify and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):
+                raise InputError(f"{path} is damaged: parameter checksum mismatch")
+            if vocab_sha256(words) != _str(f.attrs[A_VOCAB_SHA]):
+                raise InputError(f"{path} is damaged: vocabulary checksum mismatch")
+            metrics_raw = f[D_METRICS][()]
+            return Checkpoint(
+                w_in=w_in, w_out=w_out, words=words, counts=f[D_COUNTS][:],
+                config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
+                corpus_path=_str(f.attrs[A_CORPUS_PATH]),
+                progress=Progress(**json.loads(_str(f.attrs[A_PROGRESS]))),
+                rng_state=f[D_RNG][:], metrics=json.loads(_str(metrics_raw)), path=path,
+                created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
+                complete=bool(f.attrs.get(A_COMPLETE, False)))
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{path} is damaged: {e}") from None
+
+
+def latest_valid(directory: str, warn=None) -> Checkpoint | None:
+    """The newest checkpoint in ``directory`` that loads and verifies; damaged ones are
+    skipped with a warning."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return load(path)
+        except InputError as e:
+            if warn:
+                warn(f"warning: skipping damaged checkpoint: {e}")
+    return None

@@ -1,0 +1,184 @@
+"""``python -m mpidwe.evaluate VECTORS ...``: one scorer for mpidwe's, gensim's and word2vec's vectors.
+
+Every rank loads the vectors; similarity and analogy run on rank 0; the PIP loss needs the
+SPPMI reference, whose co-occurrence counts and Gram matrices are shared out over the ranks.
+Results go to standard output (a table, or one JSON object with ``--json``); progress notes
+go to standard error. An evaluation that covers nothing is shown as such and makes the
+command fail (exit 2) with a one-line reason, instead of printing NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from ..comm import Comm, run_main
+from ..config import parse_command, to_dict
+from ..errors import InputError
+from .analogy import evaluate_analogies, read_analogies
+from .config import EvaluateConfig
+from .pip import pip_report
+from .similarity import evaluate_similarity, read_similarity
+from .sppmi import ReferenceSpec, reference_embedding
+from .vectors import load_vectors
+
+PROG = "python -m mpidwe.evaluate"
+MISSING_SHOWN = 10
+
+
+def word_index(words: list[str]) -> dict[str, int]:
+    """Word -> row; a word listed twice keeps its first (more frequent) row."""
+    index: dict[str, int] = {}
+    for i, w in enumerate(words):
+        index.setdefault(w, i)
+    return index
+
+
+def _on_root(comm: Comm, fn, *args):
+    return comm.agree(fn, *args) if comm.is_root else comm.agree(lambda: None)
+
+
+def score_tests(cfg: EvaluateConfig, vectors: np.ndarray, index: dict[str, int]) -> dict:
+    """Similarity and analogy files (rank 0 only: they are small)."""
+    out = {"similarity": [], "analogy": []}
+    for path in cfg.similarity:
+        t = time.perf_counter()
+        r = evaluate_similarity(vectors, index, read_similarity(path))
+        out["similarity"].append({"file": path, **r, "seconds": round(time.perf_counter() - t, 3)})
+    methods = ("add", "mul") if cfg.analogy_method == "both" else (cfg.analogy_method,)
+    for path in cfg.analogy:
+        sections = read_analogies(path)
+        for method in methods:
+            t = time.perf_counter()
+            r = evaluate_analogies(vectors, index, sections, restrict_vocab=cfg.restrict_vocab, method=method)
+            out["analogy"].append({"file": path, **r, "seconds": round(time.perf_counter() - t, 3)})
+    return out
+
+
+def score_pip(cfg: EvaluateConfig, comm: Comm, words: list[str], vectors: np.ndarray,
+              index: dict[str, int], log=None) -> dict:
+    """PIP loss of the vectors against the corpus's SPPMI reference, on the reference's
+    words (the ``pip_top_n`` most frequent) that the vectors have, matched exactly."""
+    t = time.perf_counter()
+    spec = ReferenceSpec(window=cfg.window, negatives=cfg.negative, dim=cfg.pip_dim or vectors.shape[1],
+                         top_n=cfg.pip_top_n, alpha=cfg.pip_alpha)
+    ref = reference_embedding(cfg.pip_reference, spec, comm, cache=cfg.pip_cache, log=log)
+    ref_rows = [i for i, w in enumerate(ref.words) if w in index]
+    missing = [w for w in ref.words if w not in index]
+
+    def check():
+        if not ref_rows:
+            raise InputError(f"{cfg.vectors}: none of the {len(ref.words):,} reference words of "
+                             f"{cfg.pip_reference} is in the vectors (PIP needs the same words)")
+
+    comm.agree(check)
+    e1 = vectors[[index[ref.words[i]] for i in ref_rows]]
+    e2 = ref.vectors[ref_rows]
+    report = pip_report(e1, e2, rank=comm.rank, world_size=comm.size, reduce=comm.allreduce_)
+    k = ref.key
+    return {"corpus": cfg.pip_reference, "reference": {"window": k.window, "negatives": k.negatives,
+                                                       "dim": k.dim, "top_n": k.top_n, "alpha": k.alpha,
+                                                       "cached": ref.cached, "corpus_id": k.corpus_id},
+            **report, "reference_words": len(ref.words), "covered": len(ref_rows),
+            "coverage": len(ref_rows) / len(ref.words), "missing": len(missing),
+            "missing_examples": missing[:MISSING_SHOWN], "seconds": round(time.perf_counter() - t, 3)}
+
+
+def run(cfg: EvaluateConfig, comm: Comm, *, log=None) -> dict:
+    """All requested evaluations; the full result dict on rank 0 (PIP only elsewhere)."""
+    words, vectors = comm.agree(load_vectors, cfg.vectors)
+    index = word_index(words)
+    results = {"vectors": cfg.vectors, "words": len(words), "dim": int(vectors.shape[1]),
+               "similarity": [], "analogy": [], "pip": None}
+    tests = _on_root(comm, score_tests, cfg, vectors, index)
+    if tests:
+        results.update(tests)
+    if cfg.pip_reference:
+        results["pip"] = score_pip(cfg, comm, words, vectors, index, log)
+    results["problems"] = comm.bcast(problems(results) if comm.is_root else None)
+    results["config"] = to_dict(cfg)
+    return results
+
+
+def problems(results: dict) -> list[str]:
+    """One line per evaluation that covered nothing (so has no score)."""
+    out = []
+    where = f"vectors {results['vectors']}"
+    for r in results["similarity"]:
+        if r["spearman"] is None:
+            out.append(f"{r['file']}: {r['covered']} of {r['pairs']} word pairs are in the {where} "
+                       f"(a correlation needs at least 2 with distinct scores)")
+    for r in results["analogy"]:
+        if r["accuracy"] is None:
+            out.append(f"{r['file']}: none of the {r['questions']} questions has all four words among "
+                       f"the first {r['restrict_vocab']:,} words of the {where}")
+    return out
+
+
+# ------------------------------------------------------------------------------ output
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def format_report(results: dict) -> str:
+    lines = [f"vectors: {results['vectors']} ({results['words']:,} words, dimension {results['dim']})"]
+    for r in results["similarity"]:
+        name = os.path.basename(r["file"])
+        rho = "no pairs covered" if r["spearman"] is None else f"Spearman {r['spearman']:.4f}"
+        lines.append(f"similarity  {name:24s} {rho:20s} pairs {r['covered']}/{r['pairs']} ({_pct(r['coverage'])})")
+    for r in results["analogy"]:
+        name = os.path.basename(r["file"])
+        method = {"add": "3CosAdd", "mul": "3CosMul"}[r["method"]]
+        if r["accuracy"] is None:
+            lines.append(f"analogy     {name:24s} {method:8s} no questions covered "
+                         f"(restrict {r['restrict_vocab']:,})")
+            continue
+        lines.append(f"analogy     {name:24s} {method:8s} accuracy {_pct(r['accuracy']):>7s}  "
+                     f"semantic {_pct(r['semantic']['accuracy']):>7s}  "
+                     f"syntactic {_pct(r['syntactic']['accuracy']):>7s}  "
+                     f"covered {r['covered']}/{r['questions']} ({_pct(r['coverage'])}, "
+                     f"restrict {r['restrict_vocab']:,})")
+    p = results["pip"]
+    if p:
+        ref = p["reference"]
+        lines.append(f"PIP loss    {os.path.basename(p['corpus']):24s} {p['pip']:.6g}  relative "
+                     f"{_num(p['relative'])}  scale-free {_num(p['normalized'])}  "
+                     f"words {p['covered']:,}/{p['reference_words']:,}")
+        lines.append(f"            reference: SPPMI window {ref['window']}, k {ref['negatives']}, top "
+                     f"{ref['top_n']:,}, dimension {ref['dim']}, alpha {ref['alpha']:g} "
+                     f"({'from cache' if ref['cached'] else 'computed'})")
+        if p["missing"]:
+            lines.append(f"            {p['missing']:,} reference word(s) not in the vectors, e.g. "
+                         + " ".join(p["missing_examples"]))
+    return "\n".join(lines)
+
+
+def _body(argv, comm: Comm) -> int:
+    cfg = comm.agree(parse_command, EvaluateConfig, argv, prog=PROG,
+                     description="Score word vectors (word2vec text or binary) on word similarity, "
+                                 "analogies and the PIP loss against an SPPMI reference. Give VECTOR "
+                                 "first: --similarity and --analogy take one or more files.")
+
+    def note(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    results = run(cfg, comm, log=note if comm.is_root else None)
+    if comm.is_root:
+        print(json.dumps(results, indent=2) if cfg.json else format_report(results), flush=True)
+    if results["problems"]:
+        e = InputError("; ".join(results["problems"]))
+        e.agreed = True  # every rank raises the same error (rank 0 prints it)
+        raise e
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(PROG, _body, argv)

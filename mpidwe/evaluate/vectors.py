@@ -1,0 +1,210 @@
+"""Word vectors on disk: word2vec text and binary files (as word2vec and gensim write them).
+
+Both start with a ``count dim`` header line. Text: one ``word v1 ... vd`` line per word.
+Binary: per word, the UTF-8 word, one space and ``dim`` little-endian float32 (word2vec
+adds a newline after each vector, gensim does not; both are read). Which of the two a file
+is, is found from its content, not its name. :func:`load_vectors` is the one entry point
+that tools use; it dispatches on the file's first bytes, so other kinds of files
+(checkpoints) can be added there.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+
+import numpy as np
+
+from ..errors import InputError
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+MAX_HEADER = 256
+
+
+def _header(path: str, first: bytes) -> tuple[int, int]:
+    line = first.split(b"\n", 1)[0]
+    try:
+        count, dim = (int(x) for x in line.decode("ascii").split())
+    except (UnicodeDecodeError, ValueError):
+        raise InputError(f"{path}:1: expected a word2vec header 'count dim', got "
+                         f"{line[:60].decode('utf-8', 'replace')!r}") from None
+    if count < 0 or dim <= 0:
+        raise InputError(f"{path}:1: bad word2vec header: {count} words of dimension {dim}")
+    return count, dim
+
+
+def _is_text(first_entry: bytes, dim: int) -> bool:
+    """A text file's first entry line is valid UTF-8 with ``dim`` numbers after the word;
+    a binary entry (raw float32 bytes) essentially never is."""
+    try:
+        cols = first_entry.decode("utf-8").rstrip(" \t\r\n").split(" ")
+        if len([c for c in cols[1:] if c]) != dim:
+            return False
+        [float(c) for c in cols[1:] if c]
+        return True
+    except (UnicodeDecodeError, ValueError):
+        return False
+
+
+def read_word2vec(path: str) -> tuple[list[str], np.ndarray]:
+    """(words, float32 matrix) from a word2vec text or binary file. Malformed input raises
+    an InputError naming the file and the line (text) or entry and byte offset (binary)."""
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise InputError(f"cannot read vectors file {path}: {e.strerror}") from None
+    with fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            raise InputError(f"{path}: empty file (expected word2vec vectors)")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            count, dim = _header(path, mm[:MAX_HEADER])
+            start = mm.find(b"\n") + 1
+            if start == 0:
+                raise InputError(f"{path}: only a header line, no vectors")
+            end = mm.find(b"\n", start)
+            first_entry = mm[start:end if end >= 0 else len(mm)]
+            if count == 0 or _is_text(first_entry, dim):
+                return _read_text(path, mm, start, count, dim)
+            return _read_binary(path, mm, start, count, dim)
+
+
+def _read_text(path: str, mm: mmap.mmap, start: int, count: int, dim: int) -> tuple[list[str], np.ndarray]:
+    words: list[str] = []
+    vectors = np.empty((count, dim), dtype=np.float32)
+    pos, no = start, 1
+    size = len(mm)
+    while pos < size:
+        end = mm.find(b"\n", pos)
+        end = size if end < 0 else end
+        raw = mm[pos:end]
+        pos, no = end + 1, no + 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path}:{no}: invalid UTF-8 at byte {e.start} of the line") from None
+        cols = line.rstrip(" \t\r\n").split(" ")
+        if len(cols) == 1 and not cols[0]:
+            continue  # blank line (e.g. at the end)
+        if len(words) == count:
+            raise InputError(f"{path}:{no}: more vectors than the {count} announced in the header")
+        values = [c for c in cols[1:] if c]
+        if len(values) != dim:
+            raise InputError(f"{path}:{no}: expected a word and {dim} numbers (header dimension), "
+                             f"got {len(values)} number(s)")
+        try:
+            vectors[len(words)] = np.array(values, dtype=np.float32)
+        except ValueError:
+            bad = next(v for v in values if not _is_float(v))
+            raise InputError(f"{path}:{no}: {bad[:40]!r} is not a number") from None
+        words.append(cols[0])
+    if len(words) != count:
+        raise InputError(f"{path}:{no}: file ends after {len(words)} of the {count} vectors "
+                         f"announced in the header")
+    return words, vectors
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _read_binary(path: str, mm: mmap.mmap, start: int, count: int, dim: int) -> tuple[list[str], np.ndarray]:
+    words: list[str] = []
+    vectors = np.empty((count, dim), dtype=np.float32)
+    nbytes = 4 * dim
+    pos, size = start, len(mm)
+    for i in range(count):
+        while pos < size and mm[pos] in (0x0A, 0x0D):  # word2vec's newline after a vector
+            pos += 1
+        sp = mm.find(b" ", pos)
+        if pos >= size or sp < 0:
+            raise InputError(f"{path}: file ends after {i} of the {count} vectors announced in the header")
+        if sp - pos > 4096:
+            raise InputError(f"{path}: entry {i + 1} (byte {pos}): no word followed by a space "
+                             f"(a dimension other than {dim}, or not a word2vec file)")
+        try:
+            word = mm[pos:sp].decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: entry {i + 1} (byte {pos}): word is not valid UTF-8"
+                             + (f" (is the header dimension {dim} right?)" if i else "")) from None
+        if not word or any(c in word for c in "\n\t"):
+            raise InputError(f"{path}: entry {i + 1} (byte {pos}): bad word {word[:40]!r}")
+        if sp + 1 + nbytes > size:
+            raise InputError(f"{path}: entry {i + 1} (byte {pos}): file ends inside the vector of "
+                             f"{word[:40]!r} (truncated; {i} of {count} vectors complete)")
+        vectors[i] = np.frombuffer(mm, dtype="<f4", count=dim, offset=sp + 1)
+        words.append(word)
+        pos = sp + 1 + nbytes
+    rest = mm[pos:pos + 64].strip()
+    if rest:
+        raise InputError(f"{path}: byte {pos}: data after the {count} vectors announced in the header "
+                         f"(wrong count, or a dimension other than {dim})")
+    return words, vectors
+
+
+def _atomic_write(path: str, chunks) -> None:
+    head, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            for c in chunks:
+                fh.write(c)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _check_words(words: list[str], vectors: np.ndarray) -> None:
+    if vectors.ndim != 2 or len(words) != vectors.shape[0]:
+        raise ValueError(f"{len(words)} words for vectors of shape {vectors.shape}")
+    for w in words:
+        if not w or any(c.isspace() for c in w):
+            raise ValueError(f"word {w!r} is empty or contains whitespace: not writable as word2vec")
+
+
+def write_word2vec(path: str, words: list[str], vectors: np.ndarray, *, binary: bool = True) -> None:
+    """Write word2vec binary (default; as the C tool, a newline after each vector) or text,
+    atomically (temporary name, fsync, rename)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    _check_words(words, vectors)
+
+    def chunks():
+        yield f"{len(words)} {vectors.shape[1]}\n".encode()
+        for a in range(0, len(words), 8192):
+            block = vectors[a:a + 8192]
+            if binary:
+                le = block.astype("<f4", copy=False)
+                yield b"".join(w.encode() + b" " + row.tobytes() + b"\n" for w, row in zip(words[a:a + 8192], le))
+            else:
+                # 9 significant digits: every float32 reads back exactly
+                buf = io.StringIO()
+                np.savetxt(buf, block, fmt="%.9g")
+                yield "".join(f"{w} {row}\n" for w, row in
+                              zip(words[a:a + 8192], buf.getvalue().splitlines())).encode()
+
+    _atomic_write(path, chunks())
+
+
+def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
+    """(words, float32 matrix) from any vectors file mpidwe reads, chosen by content."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(MAX_HEADER)
+    except OSError as e:
+        raise InputError(f"cannot read vectors file {path}: {e.strerror}") from None
+    if first.startswith(HDF5_MAGIC):
+        # Checkpoints are HDF5: their loader plugs in here once the format exists.
+        raise InputError(f"{path} is an HDF5 file; this mpidwe evaluates word2vec text or binary "
+                         f"vectors only (export them with the trainer, or gensim's save_word2vec_format)")
+    head = first.split(b"\n", 1)[0].split()
+    if len(head) == 2 and all(x.isdigit() for x in head):
+        return read_word2vec(path)
+    raise InputError(f"{path}: unknown vectors file (expected word2vec text or binary: a first "
+                     f"line 'count dim'; GloVe files without that header are not read)")

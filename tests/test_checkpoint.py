@@ -1,0 +1,74 @@
+"""Checkpoint files: round trip, crash safety, damage detection."""
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from mpidwe import checkpoint
+from mpidwe.errors import InputError
+
+
+def make(round_=1, v=20, d=4):
+    rng = np.random.default_rng(round_)
+    return checkpoint.Checkpoint(
+        w_in=rng.standard_normal((v, d)).astype(np.float32), w_out=rng.standard_normal((v, d)).astype(np.float32),
+        words=[f"w{i}" for i in range(v)], counts=np.arange(v, 0, -1), config={"dim": d, "model": "skipgram"},
+        corpus_id="abc", corpus_path="c.h5",
+        progress=checkpoint.Progress(round=round_, rounds=10, words_done=100 * round_, words_total=1000,
+                                     world_size=2, positions=[50 * round_, 50 * round_], lr=0.02),
+        rng_state=np.array([[1, 2], [3, 2**63 + 5]], dtype=np.uint64), metrics=[{"step": round_, "loss": 1.5}])
+
+
+def test_round_trip(tmp_path):
+    ck = make()
+    path = checkpoint.save(str(tmp_path), ck)
+    got = checkpoint.load(path)
+    assert np.array_equal(got.w_in, ck.w_in) and np.array_equal(got.w_out, ck.w_out)
+    assert got.words == ck.words and got.config == ck.config and got.progress == ck.progress
+    assert got.rng_state.dtype == np.uint64 and got.rng_state[1, 1] == 2**63 + 5
+    assert got.metrics == ck.metrics and got.corpus_id == "abc"
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+def test_keeps_the_newest(tmp_path):
+    for r in range(1, 6):
+        checkpoint.save(str(tmp_path), make(r), keep=2)
+    names = [os.path.basename(p) for p in checkpoint.list_checkpoints(str(tmp_path))]
+    assert names == ["ckpt-000000004.h5", "ckpt-000000005.h5"]
+
+
+def test_damage_is_detected_and_skipped(tmp_path):
+    good = checkpoint.save(str(tmp_path), make(1))
+    newest = checkpoint.save(str(tmp_path), make(2))
+    # flip one bit inside the parameters of the newest
+    with h5py.File(newest, "r") as f:
+        offset = f["params/w_in"].id.get_offset()
+    data = bytearray(open(newest, "rb").read())
+    data[offset + 5] ^= 0x10
+    open(newest, "wb").write(bytes(data))
+    with pytest.raises(InputError, match="checksum"):
+        checkpoint.load(newest)
+    warnings = []
+    ck = checkpoint.latest_valid(str(tmp_path), warn=warnings.append)
+    assert ck.path == good and warnings and "skipping damaged" in warnings[0]
+    # a truncated file
+    trunc = os.path.join(tmp_path, "ckpt-000000009.h5")
+    open(trunc, "wb").write(open(good, "rb").read()[:3000])
+    with pytest.raises(InputError, match="not a readable HDF5"):
+        checkpoint.load(trunc)
+    assert checkpoint.latest_valid(str(tmp_path)).path == good
+
+
+def test_foreign_and_future_files_refused(tmp_path):
+    p = tmp_path / "x.h5"
+    with h5py.File(p, "w") as f:
+        f.attrs["format"] = "mpidwe-corpus"
+    with pytest.raises(InputError, match="not an mpidwe checkpoint"):
+        checkpoint.load(str(p))
+    path = checkpoint.save(str(tmp_path), make(1))
+    with h5py.File(path, "a") as f:
+        f.attrs["format_version"] = 7
+    with pytest.raises(InputError, match="version 7"):
+        checkpoint.load(path)

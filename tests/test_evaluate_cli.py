@@ -1,0 +1,230 @@
+"""Vectors files and ``python -m mpidwe.evaluate`` on tiny generated data."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from mpidwe.errors import InputError
+from mpidwe.evaluate import cli
+from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
+from mpidwe.evaluate.vectors import load_vectors, read_word2vec, write_word2vec
+
+from test_pip import make_corpus
+
+WORDS = ["the", "café", "naïve", "x_y", "日本"]
+
+
+def random_vectors(n=len(WORDS), d=7, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------ vectors files
+@pytest.mark.parametrize("binary", [True, False])
+def test_word2vec_round_trip(tmp_path, binary):
+    vecs = random_vectors()
+    path = str(tmp_path / "v.w2v")
+    write_word2vec(path, WORDS, vecs, binary=binary)
+    words, got = load_vectors(path)
+    assert words == WORDS and got.dtype == np.float32
+    np.testing.assert_array_equal(got, vecs)
+    assert [p.name for p in tmp_path.iterdir()] == ["v.w2v"]  # no temporary left behind
+
+
+def test_write_refuses_words_with_spaces(tmp_path):
+    with pytest.raises(ValueError, match="whitespace"):
+        write_word2vec(str(tmp_path / "v"), ["a b"], np.zeros((1, 2)))
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_gensim_files_load_both_ways(tmp_path, binary):
+    gensim = pytest.importorskip("gensim")
+    vecs = random_vectors(d=5, seed=1)
+    kv = gensim.models.KeyedVectors(5)
+    kv.add_vectors(WORDS, vecs)
+    theirs = str(tmp_path / "gensim.w2v")
+    kv.save_word2vec_format(theirs, binary=binary)
+    words, got = read_word2vec(theirs)
+    assert words == WORDS
+    np.testing.assert_allclose(got, vecs, rtol=1e-6)
+    ours = str(tmp_path / "ours.w2v")
+    write_word2vec(ours, WORDS, vecs, binary=binary)
+    back = gensim.models.KeyedVectors.load_word2vec_format(ours, binary=binary)
+    assert list(back.index_to_key) == WORDS
+    np.testing.assert_allclose(back.vectors, vecs, rtol=1e-6)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("2 3\na 1 2 3\nb 1 2\n", r"v.txt:3: expected a word and 3 numbers"),
+    ("2 3\na 1 2 3\nb 1 x 3\n", r"v.txt:3: 'x' is not a number"),
+    ("3 3\na 1 2 3\nb 1 2 3\n", r"v.txt:\d+: file ends after 2 of the 3 vectors"),
+    ("1 3\na 1 2 3\nb 1 2 3\n", r"v.txt:3: more vectors than the 1"),
+    ("a 1 2 3\n", r"v.txt: unknown vectors file"),
+    ("", r"v.txt: unknown vectors file"),
+])
+def test_malformed_text_vectors(tmp_path, text, msg):
+    (tmp_path / "v.txt").write_text(text)
+    with pytest.raises(InputError, match=msg):
+        load_vectors(str(tmp_path / "v.txt"))
+
+
+def test_malformed_binary_vectors(tmp_path):
+    path = tmp_path / "v.bin"
+    write_word2vec(str(path), WORDS, random_vectors())
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    with pytest.raises(InputError, match=r"v.bin: entry 5 .*file ends inside the vector"):
+        load_vectors(str(path))
+    path.write_bytes(data.replace(b"5 7\n", b"5 6\n", 1))  # header dimension wrong
+    with pytest.raises(InputError, match=r"v.bin"):
+        load_vectors(str(path))
+    path.write_bytes(data.replace(b"5 7\n", b"4 7\n", 1))
+    with pytest.raises(InputError, match=r"data after the 4 vectors"):
+        load_vectors(str(path))
+
+
+def test_unknown_and_missing_vectors_files(tmp_path):
+    with h5py.File(tmp_path / "ckpt.h5", "w") as f:
+        f.attrs["format"] = "mpidwe-checkpoint"
+    with pytest.raises(InputError, match="is an HDF5 file"):
+        load_vectors(str(tmp_path / "ckpt.h5"))
+    with pytest.raises(InputError, match="cannot read vectors file"):
+        load_vectors(str(tmp_path / "missing.txt"))
+
+
+# ------------------------------------------------------------------------------- CLI
+@pytest.fixture
+def planted(tmp_path):
+    """Country -> capital is one fixed offset; similarity scores follow the cosines."""
+    rng = np.random.default_rng(0)
+    offset = rng.standard_normal(20)
+    words, vecs = [], []
+    for c, k in [("france", "paris"), ("italy", "rome"), ("spain", "madrid"), ("japan", "tokyo")]:
+        base = 3 * rng.standard_normal(20)
+        words += [c, k]
+        vecs += [base, base + offset]
+    for i in range(10):
+        words.append(f"noise{i}")
+        vecs.append(3 * rng.standard_normal(20))
+    vecs = np.array(vecs, dtype=np.float32)
+    vec_path = tmp_path / "vectors.txt"
+    write_word2vec(str(vec_path), words, vecs, binary=False)
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    pairs = [("france", "paris"), ("france", "italy"), ("rome", "noise3"), ("tokyo", "noise7")]
+    sim = tmp_path / "sim.tsv"
+    sim.write_text("".join(f"{a}\t{b}\t{10 * float(unit[words.index(a)] @ unit[words.index(b)]):.4f}\n"
+                           for a, b in pairs) + "paris\tatlantis\t5\n")
+    ana = tmp_path / "ana.txt"
+    ana.write_text(": capital-common-countries\nFrance Paris Italy Rome\nspain madrid japan tokyo\n"
+                   "italy rome france paris\nperu lima france paris\n")
+    return tmp_path, str(vec_path), str(sim), str(ana)
+
+
+def run_cli(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_similarity_and_analogy_json(planted, capsys):
+    _, vec, sim, ana = planted
+    rc, out, err = run_cli(capsys, vec, "--similarity", sim, "--analogy", ana, "--analogy-method", "both", "--json")
+    assert rc == 0 and err == ""
+    r = json.loads(out)
+    assert r["words"] == 18 and r["dim"] == 20
+    (s,) = r["similarity"]
+    assert s["pairs"] == 5 and s["covered"] == 4 and s["spearman"] == pytest.approx(1.0)
+    assert [a["method"] for a in r["analogy"]] == ["add", "mul"]
+    for a in r["analogy"]:
+        assert a["questions"] == 4 and a["covered"] == 3 and a["correct"] == 3 and a["accuracy"] == 1.0
+        assert a["semantic"]["accuracy"] == 1.0 and a["syntactic"]["total"] == 0
+    assert r["pip"] is None and r["problems"] == []
+
+
+def test_human_output(planted, capsys):
+    _, vec, sim, ana = planted
+    rc, out, _ = run_cli(capsys, vec, "--similarity", sim, "--analogy", ana)
+    assert rc == 0
+    assert "Spearman 1.0000" in out and "pairs 4/5" in out
+    assert "3CosAdd  accuracy 100.00%" in out and "covered 3/4" in out
+
+
+def test_malformed_test_file_names_file_and_line(planted, capsys):
+    tmp, vec, _, _ = planted
+    bad = tmp / "bad.tsv"
+    bad.write_text("france paris 3\nfrance italy\n")
+    rc, out, err = run_cli(capsys, vec, "--similarity", str(bad))
+    assert rc == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "bad.tsv:2: expected 3 columns" in err
+
+
+def test_malformed_vectors_file_names_file_and_line(planted, capsys):
+    tmp, _, sim, _ = planted
+    bad = tmp / "bad.txt"
+    bad.write_text("2 3\na 1 2 3\nb 1 2\n")
+    rc, out, err = run_cli(capsys, str(bad), "--similarity", sim)
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [f"python -m mpidwe.evaluate: error: {bad}:3: expected a word and 3 numbers "
+                                f"(header dimension), got 2 number(s)"]
+
+
+def test_no_coverage_is_an_error_not_nan(planted, capsys):
+    tmp, vec, _, ana = planted
+    sim = tmp / "other.tsv"
+    sim.write_text("cat\tdog\t7\ncar\tbus\t6\n")
+    rc, out, err = run_cli(capsys, vec, "--similarity", str(sim), "--analogy", ana, "--restrict-vocab", "1")
+    assert rc == 2 and "nan" not in out.lower()
+    assert "no pairs covered" in out and "no questions covered" in out
+    (line,) = err.splitlines()
+    assert "other.tsv: 0 of 2 word pairs are in the vectors" in line and "ana.txt: none of the 4 questions" in line
+    rc, out, err = run_cli(capsys, vec, "--similarity", str(sim), "--json")
+    assert rc == 2 and json.loads(out)["similarity"][0]["spearman"] is None and len(err.splitlines()) == 1
+
+
+def test_bad_options(planted, capsys):
+    _, vec, _, _ = planted
+    rc, _, err = run_cli(capsys, vec)
+    assert rc == 2 and "nothing to evaluate" in err and len(err.splitlines()) == 1
+    rc, _, err = run_cli(capsys, vec, "--analogy-method", "sum", "--analogy", "x")
+    assert rc == 2 and "invalid choice" in err
+
+
+def test_pip_against_the_reference(tmp_path, capsys):
+    corpus = make_corpus(tmp_path)
+    spec = ReferenceSpec(window=3, negatives=2, dim=4, top_n=30)
+    ref = reference_embedding(corpus, spec)
+    # the reference itself, with its rows shuffled and two words dropped: PIP 0 on the rest
+    order = np.random.default_rng(0).permutation(len(ref.words))[2:]
+    vec = tmp_path / "ref.bin"
+    write_word2vec(str(vec), [ref.words[i] for i in order], ref.vectors[order])
+    args = [str(vec), "--pip-reference", corpus, "--window", "3", "--negative", "2", "--pip-top-n", "30"]
+    rc, out, err = run_cli(capsys, *args, "--json")
+    assert rc == 0, err
+    p = json.loads(out)["pip"]
+    assert p["reference"]["cached"] and p["reference"]["dim"] == 4
+    assert p["covered"] == 28 and p["missing"] == 2
+    assert sorted(p["missing_examples"]) == sorted(ref.words[i] for i in np.random.default_rng(0).permutation(30)[:2])
+    assert p["pip"] == pytest.approx(0, abs=1e-5 * p["norm"])
+    # vectors of another dimension than the reference: a real loss, and a new reference dim
+    noise = random_vectors(n=30, d=6, seed=3)
+    write_word2vec(str(vec), ref.words, noise)
+    rc, out, err = run_cli(capsys, *args, "--pip-dim", "3")
+    assert rc == 0, err
+    assert "computing the SPPMI reference" in err and "reference: SPPMI window 3, k 2, top 30, dimension 3" in out
+    rc, out, _ = run_cli(capsys, *args, "--pip-dim", "3", "--json")
+    p = json.loads(out)["pip"]
+    assert p["reference"]["cached"] and p["dim"] == 6 and p["reference_dim"] == 3
+    e2 = reference_embedding(corpus, ReferenceSpec(window=3, negatives=2, dim=3, top_n=30)).vectors
+    from mpidwe.evaluate.pip import pip_loss_dense
+    assert p["pip"] == pytest.approx(pip_loss_dense(noise, e2), rel=1e-6)
+
+
+def test_pip_without_common_words(tmp_path, capsys):
+    corpus = make_corpus(tmp_path)
+    vec = tmp_path / "v.txt"
+    write_word2vec(str(vec), ["zz", "yy"], random_vectors(n=2, d=3), binary=False)
+    rc, out, err = run_cli(capsys, str(vec), "--pip-reference", corpus, "--pip-dim", "4", "--no-pip-cache")
+    assert rc == 2 and out == ""
+    assert err.strip().endswith("none of the 40 reference words of " + corpus + " is in the vectors (PIP needs "
+                                "the same words)")
