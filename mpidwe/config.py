@@ -239,8 +239,23 @@ class TrainConfig:
     log_every: int = opt(1, "write a metrics line every this many syncs")
     progress: bool = opt(True, "show a progress bar on rank 0 (tqdm, standard error)")
     export: bool = opt(True, "write the final vectors as word2vec text (RUN_DIR/vectors.txt)")
+    checkpoint_every: int = opt(0, "write a checkpoint every this many words (all ranks); 0: only "
+                                "at the end and on SIGTERM/SIGUSR1")
+    checkpoint_minutes: float = opt(0.0, "also write a checkpoint every this many minutes (0: off)")
+    keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
+    resume: str | None = opt(None, "auto (newest valid checkpoint in RUN_DIR, if any) or a checkpoint path")
+    eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end)")
+    eval_sim: tuple[str, ...] = opt((), "word-similarity files (word1 word2 score) to evaluate on")
+    eval_analogy: tuple[str, ...] = opt((), "analogy files (questions-words.txt format) to evaluate on")
+    eval_pip: bool = opt(False, "also report the PIP loss against the corpus's SPPMI-SVD reference")
+    eval_restrict_vocab: int = opt(30000, "analogy answers are searched among this many most frequent words")
 
     def __post_init__(self):
+        _positive("keep_checkpoints", self.keep_checkpoints)
+        _positive("checkpoint_every", self.checkpoint_every, allow_zero=True)
+        _positive("checkpoint_minutes", self.checkpoint_minutes, allow_zero=True)
+        _positive("eval_every", self.eval_every, allow_zero=True)
+        _positive("eval_restrict_vocab", self.eval_restrict_vocab)
         for name in ("dim", "window", "negative", "epochs", "sync_every", "block_tokens", "log_every"):
             _positive(name, getattr(self, name))
         for name in ("lr",):

@@ -3,7 +3,8 @@ embedded default, the synthetic demo corpus whose right answers are known.
 
 1. generate the demo corpus (``mpidwe.synth``) if it is missing;
 2. preprocess it with ``--ranks`` MPI ranks (``mpiexec -n R python -m mpidwe.preprocess``);
-3. print what was written.
+3. train skip-gram on the same ranks, evaluating against the planted answer key;
+4. evaluate the exported vectors and inspect the final checkpoint.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ def main(argv=None) -> int:
         print(f"   most frequent: {' '.join(c.words[:10])}")
         print(f"   shards for {a.ranks} ranks: " + ", ".join(
             f"r{r}={c.shard(r, a.ranks).n_tokens:,}" for r in range(a.ranks)))
+        cluster_word = c.words[min(60, c.n_words - 1)]
+    run_dir = os.path.join(a.dir, "run")
+    sim = os.path.join(a.dir, "demo-similarity.tsv")
+    ana = os.path.join(a.dir, "demo-analogies.txt")
+    step(f"train skip-gram on {a.ranks} rank(s)",
+         mpi_launch(a.ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", run_dir, "--epochs", "2",
+                              "--eval-sim", sim, "--eval-analogy", ana, "--checkpoint-every", "1000000"]))
+    step("evaluate the exported vectors",
+         [sys.executable, "-m", "mpidwe.evaluate", os.path.join(run_dir, "vectors.txt"),
+          "--similarity", sim, "--analogy", ana])
+    step("inspect the final checkpoint", [sys.executable, "-m", "mpidwe.inspect", run_dir])
+    step(f"nearest neighbours of {cluster_word!r}",
+         [sys.executable, "-m", "mpidwe.inspect", run_dir, "neighbors", cluster_word, "-k", "5"])
+    step("plot the training curves",
+         [sys.executable, "-m", "mpidwe.inspect", run_dir, "plot", "-o", os.path.join(run_dir, "curves.png")])
     return 0
 
 

@@ -7,6 +7,7 @@ and aborts the job with a traceback.
 EXIT_OK = 0
 EXIT_FAILURE = 1      # unexpected error (a bug, or the machine)
 EXIT_USAGE = 2        # bad option or bad input: fix the command line or the file
+EXIT_DIVERGED = 3     # loss or parameters became NaN/inf; the last checkpoint is kept
 EXIT_REQUEUE = 75     # checkpoint written on SIGTERM/SIGUSR1: requeue the job (EX_TEMPFAIL)
 
 

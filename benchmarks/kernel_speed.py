@@ -1,0 +1,220 @@
+"""Kernel speed and quality against gensim, on the same text, cores and hyperparameters.
+
+    python benchmarks/kernel_speed.py [--epochs 5] [--threads 1 2] [--variants pair shared]
+
+Builds a min_count vocabulary from ``--input`` (text8 style: one line of words), cuts it
+into sentences of 1000 raw tokens as gensim's Text8Corpus does, and trains skip-gram
+(dim 100, window 5, negative 5, sample 1e-4 by default) with gensim 4 and with
+mpidwe.kernels.cpu. Speed is raw corpus tokens (before min_count and subsampling) x
+epochs / wall seconds of training only (vocabulary building excluded, for both). Quality is
+WS-353 Spearman and analogy accuracy (restrict_vocab 30000), both via gensim's evaluators.
+
+gensim runs with workers=1 from a list of sentences, and with workers=N from
+``corpus_file`` (its fastest multi-core mode). Our kernel runs ``threads`` Hogwild threads
+on blocks of ``--block-tokens``. The first call of each variant is timed separately: it is
+numba's compile (first run on a machine) or its cache load.
+
+The machine may be shared: the load average is printed with the table, and "w/s cpu" is
+raw words per CPU second times the thread count, which other jobs disturb less than the
+wall rate (gensim's count includes its job-producer thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+from mpidwe.kernels import cpu  # noqa: E402
+from mpidwe.vocab import keep_probabilities, negative_table  # noqa: E402
+
+VARIANTS = {"pair": ("skipgram", False), "shared": ("skipgram", True), "cbow": ("cbow", False)}
+
+
+@dataclass
+class Corpus:
+    words: list[str]
+    counts: np.ndarray          # int64 [V]
+    ids: np.ndarray             # int32, in-vocabulary tokens
+    starts: np.ndarray          # int64 sentence offsets into ids
+    sentences: list[list[str]]  # raw sentences of sentence_length tokens (for gensim)
+    raw_tokens: int
+
+
+def load_corpus(path: str, min_count: int, sentence_length: int) -> Corpus:
+    raw = Path(path).read_text().split()
+    counts = collections.Counter(raw)
+    words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    index = {w: i for i, w in enumerate(words)}
+    sentences = [raw[i:i + sentence_length] for i in range(0, len(raw), sentence_length)]
+    ids, starts = [], []
+    for sentence in sentences:
+        starts.append(len(ids))
+        ids.extend(index[w] for w in sentence if w in index)
+    return Corpus(words, np.array([counts[w] for w in words], np.int64),
+                  np.array(ids, np.int32), np.array(starts, np.int64), sentences, len(raw))
+
+
+def quality(words, vectors) -> tuple[float, float]:
+    from gensim.models import KeyedVectors
+    kv = KeyedVectors(vectors.shape[1])
+    kv.add_vectors(words, vectors)
+    return quality_kv(kv)
+
+
+def quality_kv(kv) -> tuple[float, float]:
+    ws = kv.evaluate_word_pairs(str(DATA / "wordsim353.tsv"))[1][0]
+    analogy = kv.evaluate_word_analogies(str(DATA / "questions-words.txt"), restrict_vocab=30_000)[0]
+    return float(ws), float(analogy)
+
+
+def run_gensim(corpus: Corpus, a, workers: int, seed: int) -> dict:
+    from gensim.models import Word2Vec
+    model = Word2Vec(vector_size=a.dim, window=a.window, negative=a.negative, sample=a.sample,
+                     min_count=a.min_count, sg=1, hs=0, workers=workers, epochs=a.epochs, seed=seed)
+    if workers == 1:
+        model.build_vocab(corpus.sentences)
+        t, t_cpu = time.perf_counter(), time.process_time()
+        model.train(corpus.sentences, total_examples=len(corpus.sentences), epochs=a.epochs)
+        mode = "sentences"
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "corpus.txt")
+            with open(path, "w") as fh:
+                fh.writelines(" ".join(s) + "\n" for s in corpus.sentences)
+            model.build_vocab(corpus_file=path)
+            t, t_cpu = time.perf_counter(), time.process_time()
+            model.train(corpus_file=path, total_words=model.corpus_total_words,
+                        total_examples=model.corpus_count, epochs=a.epochs)
+        mode = "corpus_file"
+    seconds = time.perf_counter() - t
+    return dict(name=f"gensim {mode}", threads=workers, seconds=seconds,
+                cpu=time.process_time() - t_cpu, quality=quality_kv(model.wv), first_call=None)
+
+
+def init_params(vocab: int, dim: int, seed: int):
+    """word2vec's initialisation (as mpidwe.train does)."""
+    rng = np.random.default_rng(seed)
+    w_in = ((rng.random((vocab, dim), dtype=np.float32) - 0.5) / dim).astype(np.float32)
+    return w_in, np.zeros((vocab, dim), np.float32)
+
+
+def blocks(corpus: Corpus, block_tokens: int):
+    """(tokens, sent_starts) blocks cut at sentence starts, as the trainer streams them."""
+    cuts = np.searchsorted(corpus.starts, np.arange(0, len(corpus.ids), block_tokens))
+    cuts = np.unique(np.append(cuts, len(corpus.starts)))
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        beg = corpus.starts[lo]
+        end = corpus.starts[hi] if hi < len(corpus.starts) else len(corpus.ids)
+        yield corpus.ids[beg:end], corpus.starts[lo:hi] - beg
+
+
+def run_mpidwe(corpus: Corpus, a, variant: str, threads: int, seed: int) -> dict:
+    model, shared = VARIANTS[variant]
+    vocab = len(corpus.words)
+    keep = keep_probabilities(corpus.counts, a.sample)
+    table = negative_table(corpus.counts)
+    w_in, w_out = init_params(vocab, a.dim, seed)
+    rng_state = np.random.SeedSequence(seed).generate_state(threads, dtype=np.uint64)
+    touched = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
+    kw = dict(model=model, shared_negatives=shared, window=a.window, negative=a.negative,
+              lr0=a.alpha, lr_min=a.min_alpha, words_scale=1.0, threads=threads,
+              touched_in=touched[0], touched_out=touched[1])
+    total = len(corpus.ids) * a.epochs
+
+    # The first call compiles (or loads numba's cache): timed on its own, on scratch rows.
+    t = time.perf_counter()
+    cpu.train_block(w_in.copy(), w_out.copy(), corpus.ids[:2000], np.zeros(1, np.int64), keep,
+                    table, rng_state.copy(), words_done=0, words_total=total, **kw)
+    first_call = time.perf_counter() - t
+
+    done, loss, examples = 0, 0.0, 0
+    t, t_cpu = time.perf_counter(), time.process_time()
+    for _ in range(a.epochs):
+        for tokens, starts in blocks(corpus, a.block_tokens):
+            l_, n_, words = cpu.train_block(w_in, w_out, tokens, starts, keep, table, rng_state,
+                                            words_done=done, words_total=total, **kw)
+            done, loss, examples = done + words, loss + l_, examples + n_
+    seconds = time.perf_counter() - t
+    return dict(name=f"mpidwe {variant}", threads=threads, seconds=seconds,
+                cpu=time.process_time() - t_cpu, quality=quality(corpus.words, w_in),
+                first_call=first_call, loss=loss / max(examples, 1))
+
+
+def report(rows: list[dict], corpus: Corpus, a) -> None:
+    base = {r["threads"]: r["rate"] for r in rows if r["name"].startswith("gensim")}
+    print(f"\n{corpus.raw_tokens:,} raw tokens, vocabulary {len(corpus.words):,}, {a.epochs} epochs, "
+          f"dim {a.dim}, window {a.window}, negative {a.negative}, sample {a.sample}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'variant':24} {'thr':>3} {'words/s':>10} {'w/s cpu':>10} {'vs gensim':>9} "
+          f"{'WS353':>14} {'analogy':>14} {'first call':>10}")
+    for r in rows:
+        ratio = r["rate"] / base[r["threads"]] if r["threads"] in base else float("nan")
+        ws = _mean_sd([q[0] for q in r["qualities"]])
+        an = _mean_sd([q[1] for q in r["qualities"]])
+        first = f"{r['first_call']:.2f} s" if r["first_call"] is not None else "-"
+        print(f"{r['name']:24} {r['threads']:>3} {r['rate']:>10,.0f} {r['cpu_rate']:>10,.0f} "
+              f"{ratio:>8.2f}x {ws:>14} {an:>14} {first:>10}")
+
+
+def _mean_sd(values) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{np.mean(values):.4f}+-{np.std(values, ddof=1):.4f}"
+
+
+def merge(runs: list[dict], raw_words: int) -> dict:
+    """Best speed over seeds (the machine may be shared); quality of every seed."""
+    best = min(runs, key=lambda r: r["seconds"])
+    return dict(best, rate=raw_words / best["seconds"],
+                cpu_rate=raw_words / min(r["cpu"] for r in runs) * best["threads"],
+                qualities=[r["quality"] for r in runs])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", default=str(DATA / "text8-prefix-12M.txt"))
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--variants", nargs="+", default=["pair", "shared"], choices=sorted(VARIANTS))
+    p.add_argument("--seeds", type=int, default=1, help="repeat every run with this many seeds")
+    p.add_argument("--no-gensim", action="store_true")
+    p.add_argument("--dim", type=int, default=100)
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--negative", type=int, default=5)
+    p.add_argument("--sample", type=float, default=1e-4)
+    p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--alpha", type=float, default=0.025)
+    p.add_argument("--min-alpha", type=float, default=0.0001)
+    p.add_argument("--block-tokens", type=int, default=1_000_000)
+    a = p.parse_args()
+
+    corpus = load_corpus(a.input, a.min_count, 1000)
+    raw_words = corpus.raw_tokens * a.epochs
+    rows = []
+    for threads in a.threads:
+        if not a.no_gensim:
+            runs = [run_gensim(corpus, a, threads, seed) for seed in range(1, a.seeds + 1)]
+            rows.append(merge(runs, raw_words))
+            print(f"  {rows[-1]['name']} x{threads}: {rows[-1]['rate']:,.0f} words/s", flush=True)
+        for variant in a.variants:
+            runs = [run_mpidwe(corpus, a, variant, threads, seed) for seed in range(1, a.seeds + 1)]
+            rows.append(merge(runs, raw_words))
+            print(f"  {rows[-1]['name']} x{threads}: {rows[-1]['rate']:,.0f} words/s", flush=True)
+    report(rows, corpus, a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

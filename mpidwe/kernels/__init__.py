@@ -1,0 +1,58 @@
+"""Local SGNS / CBOW training kernels: the update math per backend; no I/O, no MPI.
+
+Backends (import the one you need; importing this package loads neither numba nor torch):
+
+* ``kernels.cpu``          numba, the fast CPU path (Hogwild threads);
+* ``kernels.torch_kernel`` batched torch, for CUDA (and CPU, for tests);
+* ``kernels.reference``    plain numpy, readable and slow; the tests' yardstick.
+
+All three have the same entry point::
+
+    loss_sum, n_examples, words_processed = train_block(
+        w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
+        model="skipgram" | "cbow", window, negative, lr0, lr_min,
+        words_done, words_scale, words_total, touched_in, touched_out,
+        threads=1, shared_negatives=False)
+
+Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_kernel):
+
+* ``w_in``, ``w_out``: float32 [V, dim], C-contiguous, updated IN PLACE. The caller
+  initialises them (word2vec: w_in uniform in [-0.5/dim, 0.5/dim), w_out zeros).
+* ``tokens``: int32 word ids of the block. ``sent_starts``: int64 offsets where sentences
+  start (the first is 0; the last sentence runs to len(tokens)). Windows never cross a
+  sentence boundary.
+* ``keep_prob``: float32 [V] from ``vocab.keep_probabilities``; an occurrence is dropped if a
+  uniform draw exceeds it, before windowing (word2vec).
+* ``neg_table``: uint32 [V, 2] alias table from ``vocab.negative_table`` (unigram^0.75).
+* ``rng_state``: uint64 [>= threads], one LCG state per thread, advanced in place, so a
+  checkpoint that saves it resumes the exact random stream. (torch_kernel uses entry 0 as
+  the seed of a torch.Generator and stores the next seed there.)
+* ``window``: maximum window; each centre draws b in [0, window) and uses window - b.
+* ``negative``: noise words per positive example; a draw equal to the positive word is
+  dropped (not redrawn), as in word2vec.
+* learning rate: ``max(lr_min, lr0 * (1 - (words_done + words_scale * local) / words_total))``
+  where ``local`` is the raw tokens (before subsampling) of this block done so far,
+  refreshed every 10,000 raw words; ``words_scale`` is the number of ranks that progress
+  at the same pace.
+* ``touched_in`` / ``touched_out``: uint8 [V]; every row the call updates is set to 1
+  (never cleared here), for sparse synchronisation.
+* ``threads``: cpu only; > 1 trains contiguous sentence ranges in parallel without locks
+  (Hogwild), each thread with its own ``rng_state`` entry, and is NOT deterministic.
+  ``threads=1`` is bit-for-bit deterministic given the inputs and ``rng_state``.
+* ``model``: "skipgram" (word2vec's: each context word's input row predicts the centre word)
+  or "cbow" (the mean of the context rows, cbow_mean=1, predicts the centre; each context
+  row receives the whole gradient, as word2vec.c and gensim).
+* ``shared_negatives`` (skipgram only): one draw of negatives per centre word serves all
+  its contexts and the window's gradients are computed from the rows as they were before
+  it (Intel pWord2Vec). Faster; a different random stream than the default.
+
+Returns ``loss_sum`` (sum of -log sigma(pos) - sum log sigma(-neg), from the same table
+lookups as the gradient), ``n_examples`` (skip-gram pairs, or CBOW centres), and
+``words_processed`` (len(tokens): raw tokens, the unit of the learning-rate schedule).
+
+The random-number contract (which bits decide what, in which order) is in common.py.
+"""
+
+from .common import MODELS
+
+__all__ = ["MODELS"]

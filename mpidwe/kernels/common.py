@@ -1,0 +1,118 @@
+"""What every SGNS kernel shares: the random-number contract, the sigmoid table, the
+learning-rate schedule and the checks on a block's arguments.
+
+The numba kernel (cpu.py) and the readable reference (reference.py) both follow the
+contract written here, which is what lets a test demand that they agree update for update.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MODELS = ("skipgram", "cbow")
+
+# word2vec's 64-bit linear congruential generator: state = state * A + C (mod 2**64).
+LCG_MULTIPLIER = 25214903917
+LCG_INCREMENT = 11
+# Only the high bits of an LCG are good, so every draw reads them: an integer below n is
+# ((state >> 32) * n) >> 32 and a uniform float is (state >> 40) / 2**24.
+# (word2vec itself uses `state % n` and the low 16 bits, whose period is tiny.)
+# A negative is an alias-table draw: scaled = (state >> 32) * V, bucket = scaled >> 32, and
+# the word is bucket if (scaled & 0xFFFFFFFF) < table[bucket, 0], else table[bucket, 1].
+#
+# Order of draws, sentence by sentence:
+#   1. subsampling: one uniform per token whose keep probability is < 1, in token order;
+#   2. per kept position, in order: one `below(window)` for the shrunk window, then
+#      skip-gram: per context (left to right) `negative` noise draws;
+#      shared negatives / CBOW: `negative` noise draws once, only if the window has a context.
+
+# word2vec's sigmoid table: 1000 bins on [-6, 6); scores beyond +-6 get the saturated
+# gradient (label - 1 or label - 0) exactly like word2vec.c.
+MAX_EXP = 6.0
+SIGMOID_TABLE_SIZE = 1000
+SIGMOID_BIN_SCALE = SIGMOID_TABLE_SIZE / MAX_EXP / 2
+
+# The learning rate is recomputed after this many raw words, as in word2vec.
+LR_REFRESH_WORDS = 10_000
+
+
+def sigmoid_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(sigmoid, loss): sigmoid[i] = sigma(x_i) and loss[label, i] = -log P(label | x_i) at the
+    bin starts x_i = (2 i / 1000 - 1) * 6; one table lookup gives both gradient and loss."""
+    x = (np.arange(SIGMOID_TABLE_SIZE) / SIGMOID_TABLE_SIZE * 2 - 1) * MAX_EXP
+    sigmoid = (np.exp(x) / (np.exp(x) + 1)).astype(np.float32)
+    loss = np.stack([np.logaddexp(0.0, x), np.logaddexp(0.0, -x)]).astype(np.float32)
+    return sigmoid, loss
+
+
+def learning_rate(lr0: float, lr_min: float, words_done: float, words_scale: float,
+                  local_words: float, words_total: float) -> float:
+    """Linear decay with GLOBAL progress: this block has done ``local_words`` raw words, and
+    ``words_scale`` says how many ranks progress at the same pace."""
+    progress = (words_done + words_scale * local_words) / words_total
+    return max(lr_min, lr0 * (1.0 - progress))
+
+
+def split_sentences(sent_starts: np.ndarray, n_tokens: int, threads: int) -> np.ndarray:
+    """Sentence boundaries of ``threads`` contiguous chunks with about equal token counts:
+    chunk t is sentences [bounds[t], bounds[t+1])."""
+    targets = np.arange(threads + 1, dtype=np.int64) * n_tokens // threads
+    bounds = np.searchsorted(sent_starts, targets, side="left").astype(np.int64)
+    bounds[0], bounds[-1] = 0, len(sent_starts)
+    return bounds
+
+
+def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
+                touched_in, touched_out, *, model, window, negative, words_total, threads,
+                shared_negatives=False, is_numpy=True) -> None:
+    """Refuse arguments that would make a lock-free kernel write out of bounds or silently
+    train on copies; cheap next to training (one pass over the block's ids)."""
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    if shared_negatives and model != "skipgram":
+        raise ValueError("shared_negatives applies to skipgram only")
+    if window < 1 or negative < 0 or threads < 1:
+        raise ValueError(f"need window >= 1, negative >= 0, threads >= 1 "
+                         f"(got {window}, {negative}, {threads})")
+    if words_total <= 0:
+        raise ValueError(f"words_total must be > 0, got {words_total}")
+    vocab, dim = w_in.shape
+    if tuple(w_out.shape) != (vocab, dim):
+        raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {(vocab, dim)}")
+    if len(rng_state) < threads:
+        raise ValueError(f"rng_state has {len(rng_state)} entries for {threads} threads")
+    for name, arr, n in (("keep_prob", keep_prob, vocab), ("neg_table", neg_table, vocab),
+                         ("touched_in", touched_in, vocab), ("touched_out", touched_out, vocab)):
+        if len(arr) != n:
+            raise ValueError(f"{name} has {len(arr)} rows for a vocabulary of {n}")
+    if is_numpy:
+        _check_numpy_dtypes(w_in=w_in, w_out=w_out, tokens=tokens, sent_starts=sent_starts,
+                            keep_prob=keep_prob, neg_table=neg_table, rng_state=rng_state,
+                            touched_in=touched_in, touched_out=touched_out)
+    n = len(tokens)
+    if len(sent_starts):
+        starts = np.asarray(sent_starts)
+        if starts[0] != 0 or starts[-1] > n or np.any(np.diff(starts) < 0):
+            raise ValueError("sent_starts must start at 0, be non-decreasing and stay <= len(tokens)")
+    elif n:
+        raise ValueError("tokens given without sent_starts")
+    if n and isinstance(tokens, np.ndarray) and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise ValueError(f"token ids must be in [0, {vocab})")
+
+
+_DTYPES = {"w_in": np.float32, "w_out": np.float32, "tokens": np.int32, "sent_starts": np.int64,
+           "keep_prob": np.float32, "neg_table": np.uint32, "rng_state": np.uint64,
+           "touched_in": np.uint8, "touched_out": np.uint8}
+
+_NDIM = {"w_in": 2, "w_out": 2, "neg_table": 2}
+
+
+def _check_numpy_dtypes(**arrays) -> None:
+    for name, arr in arrays.items():
+        if not isinstance(arr, np.ndarray) or arr.dtype != _DTYPES[name]:
+            got = getattr(arr, "dtype", type(arr).__name__)
+            raise TypeError(f"{name} must be a numpy {np.dtype(_DTYPES[name]).name} array, got {got}")
+        if arr.ndim != _NDIM.get(name, 1):
+            raise ValueError(f"{name} must have {_NDIM.get(name, 1)} dimension(s), got {arr.ndim}")
+        if not (arr.flags.c_contiguous and arr.flags.aligned and arr.flags.writeable):
+            raise ValueError(f"{name} must be C-contiguous, aligned and writeable")

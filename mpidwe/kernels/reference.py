@@ -1,0 +1,167 @@
+"""The SGNS / CBOW update written for reading, not speed: plain Python and numpy.
+
+It follows the random-number contract of kernels/common.py draw for draw, so with the same
+inputs the numba kernel (threads=1) must produce the same parameters up to float rounding.
+Tests use it on tiny corpora; it is far too slow for anything else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP,
+                     SIGMOID_BIN_SCALE, check_block, learning_rate, sigmoid_tables)
+
+SIGMOID, LOSS = sigmoid_tables()
+MASK64 = (1 << 64) - 1
+
+
+class Lcg:
+    """word2vec's generator; every draw advances the state once and reads its high bits."""
+
+    def __init__(self, state: int):
+        self.state = int(state)
+
+    def next(self) -> int:
+        self.state = (self.state * LCG_MULTIPLIER + LCG_INCREMENT) & MASK64
+        return self.state
+
+    def below(self, n: int) -> int:
+        return ((self.next() >> 32) * n) >> 32
+
+    def uniform(self) -> float:
+        return (self.next() >> 40) / 2.0**24
+
+    def negative(self, table: np.ndarray) -> int:
+        scaled = (self.next() >> 32) * len(table)
+        bucket = scaled >> 32
+        coin = scaled & 0xFFFFFFFF
+        return bucket if coin < int(table[bucket, 0]) else int(table[bucket, 1])
+
+
+def gradient(score, label: int, lr: float) -> tuple[np.float32, float]:
+    """(label - sigmoid(score)) * lr from word2vec's table, and -log P(label | score)."""
+    score = float(score)
+    if score >= MAX_EXP:
+        return np.float32((label - 1) * lr), (score if label == 0 else 0.0)
+    if score <= -MAX_EXP:
+        return np.float32(label * lr), (-score if label == 1 else 0.0)
+    i = int((score + MAX_EXP) * SIGMOID_BIN_SCALE)
+    return np.float32((label - float(SIGMOID[i])) * lr), float(LOSS[label, i])
+
+
+def subsample(sentence, keep_prob, rng: Lcg, raw_base: int):
+    """Kept word ids and their raw offsets; a word with keep < 1 costs one draw."""
+    kept, raw_pos = [], []
+    for offset, word in enumerate(sentence):
+        keep = keep_prob[word]
+        if keep < 1.0 and rng.uniform() > keep:
+            continue
+        kept.append(int(word))
+        raw_pos.append(raw_base + offset)
+    return kept, raw_pos
+
+
+def draw_negatives(rng: Lcg, negative: int, center: int, table) -> list[int]:
+    """word2vec drops (does not redraw) a noise word equal to the positive word."""
+    draws = [rng.negative(table) for _ in range(negative)]
+    return [w for w in draws if w != center]
+
+
+def update_target(h, out_row, label, grad_h, lr) -> float:
+    """Score h against one output row; grad_h collects the input gradient; out_row moves."""
+    g, loss = gradient(np.dot(h, out_row), label, lr)
+    grad_h += g * out_row
+    out_row += g * h
+    return loss
+
+
+def skipgram_pair(w_in, w_out, context, center, negs, lr) -> float:
+    h = w_in[context]
+    grad_h = np.zeros_like(h)
+    loss = update_target(h, w_out[center], 1, grad_h, lr)
+    for neg in negs:
+        loss += update_target(h, w_out[neg], 0, grad_h, lr)
+    h += grad_h
+    return loss
+
+
+def skipgram_window_shared(w_in, w_out, contexts, outs, lr) -> float:
+    """All gradients of the window from the rows before it, then applied (pWord2Vec)."""
+    labels = [1] + [0] * (len(outs) - 1)
+    grads = np.zeros((len(contexts), len(outs)), dtype=np.float32)
+    loss = 0.0
+    for i, c in enumerate(contexts):
+        for j, o in enumerate(outs):
+            grads[i, j], l_ = gradient(np.dot(w_in[c], w_out[o]), labels[j], lr)
+            loss += l_
+    grad_in = [sum((grads[i, j] * w_out[o] for j, o in enumerate(outs)),
+                   np.zeros(w_in.shape[1], np.float32)) for i in range(len(contexts))]
+    for j, o in enumerate(outs):
+        for i, c in enumerate(contexts):
+            w_out[o] += grads[i, j] * w_in[c]
+    for i, c in enumerate(contexts):
+        w_in[c] += grad_in[i]
+    return loss
+
+
+def cbow_center(w_in, w_out, contexts, center, negs, lr) -> float:
+    h = np.zeros(w_in.shape[1], np.float32)
+    for c in contexts:
+        h += w_in[c]
+    h *= np.float32(1.0) / np.float32(len(contexts))
+    grad_h = np.zeros_like(h)
+    loss = update_target(h, w_out[center], 1, grad_h, lr)
+    for neg in negs:
+        loss += update_target(h, w_out[neg], 0, grad_h, lr)
+    for c in contexts:
+        w_in[c] += grad_h
+    return loss
+
+
+def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
+                model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
+                words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
+                threads=1, shared_negatives=False):
+    """Same arguments and results as kernels.cpu.train_block; one thread only."""
+    check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
+                touched_in, touched_out, model=model, window=window, negative=negative,
+                words_total=words_total, threads=threads, shared_negatives=shared_negatives)
+    if threads != 1:
+        raise ValueError("the reference kernel runs one thread")
+    rng = Lcg(rng_state[0])
+    ends = list(sent_starts[1:]) + [len(tokens)]
+    lr = learning_rate(lr0, lr_min, words_done, words_scale, 0, words_total)
+    last_refresh, raw_done, loss, n_examples = 0, 0, 0.0, 0
+    for beg, end in zip(sent_starts, ends):
+        kept, raw_pos = subsample(tokens[beg:end], keep_prob, rng, raw_done)
+        for pos, center in enumerate(kept):
+            if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
+                last_refresh = raw_pos[pos]
+                lr = learning_rate(lr0, lr_min, words_done, words_scale, last_refresh, words_total)
+            reach = window - rng.below(window)
+            around = range(max(pos - reach, 0), min(pos + reach, len(kept) - 1) + 1)
+            contexts = [kept[c] for c in around if c != pos]
+            if not contexts:
+                continue
+            if model == "cbow":
+                negs = draw_negatives(rng, negative, center, neg_table)
+                loss += cbow_center(w_in, w_out, contexts, center, negs, lr)
+                n_examples += 1
+            elif shared_negatives:
+                negs = draw_negatives(rng, negative, center, neg_table)
+                loss += skipgram_window_shared(w_in, w_out, contexts, [center] + negs, lr)
+                n_examples += len(contexts)
+            else:
+                for context in contexts:
+                    negs = draw_negatives(rng, negative, center, neg_table)
+                    loss += skipgram_pair(w_in, w_out, context, center, negs, lr)
+                    touched_out[negs] = 1
+                    n_examples += 1
+            if model == "cbow" or shared_negatives:
+                touched_out[negs] = 1
+            touched_in[contexts] = 1
+            touched_out[center] = 1
+        raw_done += end - beg
+    rng_state[0] = rng.state
+    return loss, n_examples, len(tokens)

@@ -1,0 +1,163 @@
+"""Checkpoints during training, exact resume, signals and faults (real mpiexec)."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from mpidwe import checkpoint
+from mpidwe.comm import Comm
+from mpidwe.config import PreprocessConfig, SynthConfig
+from mpidwe.preprocess import run as preprocess
+from mpidwe.synth import write_demo
+
+from conftest import ROOT, error_lines, mpi_command, mpi_env, run_mpi, run_py
+
+pytestmark = pytest.mark.mpi
+FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000", "--keep-checkpoints", "100"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    write_demo(SynthConfig(output=str(d), tokens=300_000, seed=2))
+    preprocess(PreprocessConfig(inputs=(str(d / "demo.txt"),), output=str(d / "corpus.h5")), Comm.serial(),
+               log=None)
+    return d / "corpus.h5"
+
+
+def final_params(run_dir) -> str:
+    ck = checkpoint.load(checkpoint.list_checkpoints(os.path.join(run_dir, "checkpoints"))[-1])
+    assert ck.complete
+    return hashlib.sha256(ck.w_in.tobytes() + ck.w_out.tobytes()).hexdigest()
+
+
+def train(ranks, corpus, out, *extra, check=True, timeout=180):
+    return run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), *FLAGS, *extra],
+                   check=check, timeout=timeout)
+
+
+def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
+    full = tmp_path / "full"
+    train(2, corpus, full, "--epochs", "2", "--checkpoint-every", "100000")
+    cks = checkpoint.list_checkpoints(str(full / "checkpoints"))
+    assert len(cks) >= 4
+    # the same run, stopped after its second checkpoint: later checkpoints never happened
+    part = tmp_path / "part"
+    shutil.copytree(full, part)
+    for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
+        os.unlink(p)
+    mid = checkpoint.load(checkpoint.list_checkpoints(str(part / "checkpoints"))[-1])
+    assert not mid.complete and 0 < mid.progress.words_done < mid.progress.words_total
+    proc = train(2, corpus, part, "--epochs", "2", "--checkpoint-every", "100000", "--resume", "auto")
+    assert "resuming from" in proc.stdout
+    assert final_params(part) == final_params(full)
+    # the metrics history continues where it stopped
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(part / "checkpoints"))[-1])
+    assert [m["step"] for m in ck.metrics] == list(range(1, ck.progress.rounds + 1))
+
+
+def test_resume_refuses_incompatible_runs(corpus, tmp_path):
+    run = tmp_path / "r"
+    train(2, corpus, run, "--checkpoint-every", "100000")
+    ck_path = checkpoint.list_checkpoints(str(run / "checkpoints"))[0]
+    other = tmp_path / "other.h5"
+    (tmp_path / "o.txt").write_text("a b c a b a\n" * 50)
+    preprocess(PreprocessConfig(inputs=(str(tmp_path / "o.txt"),), output=str(other), min_count=1),
+               Comm.serial(), log=None)
+    for ranks, extra, msg in [(2, ["--dim", "32"], "--dim is 32 but the checkpoint has 16"),
+                              (2, ["--model", "cbow"], "--model is 'cbow'"),
+                              (3, [], "written by 2 rank(s), this job has 3")]:
+        proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(run), *FLAGS, *extra,
+                               "--resume", ck_path], check=False, timeout=60)
+        lines = error_lines(proc.stderr)
+        assert proc.returncode == 2 and len(lines) == 1 and msg in lines[0], proc.stderr
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(other), "--out", str(run), *FLAGS, "--resume",
+                       ck_path], check=False, timeout=60)
+    assert proc.returncode == 2 and "another corpus" in error_lines(proc.stderr)[0]
+
+
+def _rank_pids(root_pid):
+    """Python rank processes under an mpiexec."""
+    found, todo = [], [root_pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            kids = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    kids += [int(x) for x in fh.read().split()]
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if b"mpidwe.train" in cmd and b"mpiexec" not in cmd.split(b"\0")[0]:
+            found.append(pid)
+        todo += kids
+    return found
+
+
+def _start(ranks, corpus, out, *extra):
+    cmd = mpi_command(ranks, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), *FLAGS, *extra])
+    return subprocess.Popen(cmd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_metrics(proc, out, lines=1, timeout=60):
+    t = time.time()
+    path = out / "metrics.jsonl"
+    while time.time() - t < timeout:
+        if path.exists() and len(path.read_text().splitlines()) >= lines:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"training ended early: {proc.communicate()}")
+        time.sleep(0.05)
+    raise AssertionError("no metrics in time")
+
+
+def test_sigterm_checkpoints_exits_75_and_resume_completes(corpus, tmp_path):
+    out = tmp_path / "t"
+    proc = _start(2, corpus, out, "--epochs", "30")
+    _wait_for_metrics(proc, out)
+    pids = _rank_pids(proc.pid)
+    assert len(pids) == 2
+    for pid in pids:  # as Slurm does: every task gets the signal
+        os.kill(pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 75, stderr
+    assert "stop requested" in stdout
+    ck = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert ck is not None and not ck.complete and ck.progress.round < ck.progress.rounds
+    train(2, corpus, out, "--epochs", "30", "--resume", "auto", timeout=300)
+    final = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert final.complete and final.progress.words_done == final.progress.words_total
+
+
+def test_kill_9_one_rank_ends_job_and_resume_finishes(corpus, tmp_path):
+    out = tmp_path / "k"
+    proc = _start(2, corpus, out, "--epochs", "30", "--checkpoint-every", "50000")
+    _wait_for_metrics(proc, out, lines=4)
+    victim = _rank_pids(proc.pid)[-1]
+    t = time.time()
+    os.kill(victim, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0 and time.time() - t < 30
+    ck = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert ck is not None and not ck.complete
+    train(2, corpus, out, "--epochs", "30", "--checkpoint-every", "50000", "--resume", "auto", timeout=300)
+    assert checkpoint.latest_valid(str(out / "checkpoints")).complete
+
+
+def test_divergence_stops_with_exit_3_and_keeps_checkpoint(corpus, tmp_path):
+    out = tmp_path / "nan"
+    proc = train(2, corpus, out, "--lr", "1e30", "--checkpoint-every", "20000", check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "diverged" in error_lines(proc.stderr)[0]
+    for p in checkpoint.list_checkpoints(str(out / "checkpoints")):
+        ck = checkpoint.load(p)
+        assert np.isfinite(ck.w_in).all() and np.isfinite(ck.w_out).all()

@@ -1,0 +1,109 @@
+"""Training end to end: serial and under mpiexec, every sync mode."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mpidwe.comm import Comm
+from mpidwe.config import PreprocessConfig, SynthConfig, TrainConfig
+from mpidwe.preprocess import run as preprocess
+from mpidwe.synth import write_demo
+from mpidwe.train import run as train
+
+from conftest import ROOT, error_lines, run_mpi, run_py
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """A small demo corpus with its answer key."""
+    d = tmp_path_factory.mktemp("demo")
+    write_demo(SynthConfig(output=str(d), tokens=300_000, seed=5))
+    preprocess(PreprocessConfig(inputs=(str(d / "demo.txt"),), output=str(d / "corpus.h5")), Comm.serial(),
+               log=None)
+    return d
+
+
+def small(demo, out, **kw):
+    base = dict(corpus=str(demo / "corpus.h5"), out=str(out), dim=32, epochs=1, threads=1, progress=False,
+                sync_every=50_000)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_serial_run_is_deterministic_and_writes_outputs(demo, tmp_path):
+    a = train(small(demo, tmp_path / "a"), Comm.serial(), log=None)
+    b = train(small(demo, tmp_path / "b"), Comm.serial(), log=None)
+    assert np.array_equal(a.w_in, b.w_in) and np.array_equal(a.w_out, b.w_out)
+    c = train(small(demo, tmp_path / "c", seed=2), Comm.serial(), log=None)
+    assert not np.array_equal(a.w_in, c.w_in)
+    run_dir = tmp_path / "a"
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["dim"] == 32 and cfg["ranks"] == 1 and cfg["corpus_id"]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines and lines[-1]["words"] == a.words_total
+    for key in ("step", "words", "loss", "lr", "words_per_s", "comm_bytes", "comm_seconds"):
+        assert key in lines[-1]
+    assert lines[-1]["loss"] < lines[0]["loss"] or len(lines) == 1
+    gensim = pytest.importorskip("gensim")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(str(run_dir / "vectors.txt"))
+    assert kv.vector_size == 32 and len(kv.index_to_key) == len(a.words)
+    np.testing.assert_allclose(kv[a.words[3]], a.w_in[3], rtol=1e-4, atol=1e-6)
+
+
+def cluster_purity(vectors, words, clusters_file, k=5):
+    index = {w: i for i, w in enumerate(words)}
+    label = {}
+    for line in open(clusters_file):
+        w, c = line.split()
+        if w in index:
+            label[index[w]] = c
+    ids = np.array(sorted(label))
+    unit = vectors[ids] / np.linalg.norm(vectors[ids], axis=1, keepdims=True)
+    sims = unit @ unit.T
+    np.fill_diagonal(sims, -np.inf)
+    nn = np.argsort(-sims, axis=1)[:, :k]
+    labels = np.array([label[i] for i in ids])
+    return float((labels[nn] == labels[:, None]).mean())
+
+
+@pytest.mark.parametrize("model", ["skipgram", "cbow"])
+def test_planted_clusters_are_recovered(demo, tmp_path, model):
+    res = train(small(demo, tmp_path / model, model=model, epochs=2, lr=0.025 if model == "skipgram" else 0.05),
+                Comm.serial(), log=None)
+    purity = cluster_purity(res.w_in, res.words, demo / "demo-clusters.tsv")
+    assert purity > 0.8, purity
+
+
+@pytest.mark.mpi
+def test_mpi_sync_modes_identical_params_and_deterministic(demo, tmp_path):
+    corpus = str(demo / "corpus.h5")
+    seen = {}
+    for ranks, sync, extra in [(2, "sparse", []), (2, "dense", []), (2, "average", []),
+                               (3, "dense", ["--allreduce", "ring"]), (3, "sparse", [])]:
+        digests = []
+        for attempt in range(2 if ranks == 2 and sync == "sparse" else 1):
+            out = tmp_path / f"{sync}-{ranks}-{attempt}"
+            proc = run_mpi(ranks, ["tests/mpi/check_train.py", corpus, str(out), sync, "--dim", "16",
+                                   "--sync-every", "20000", *extra], cwd=str(ROOT))
+            digests.append(proc.stdout.split("params ")[1].split()[0])
+            metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+            assert len(metrics[-1]["comm_bytes"]) == ranks and min(metrics[-1]["comm_bytes"]) > 0
+        assert len(set(digests)) == 1, "same seed and rank count must give the same parameters"
+        seen[(ranks, sync, tuple(extra))] = digests[0]
+    assert len(set(seen.values())) == len(seen)
+
+
+@pytest.mark.mpi
+def test_bad_options_fail_fast_on_every_rank(demo, tmp_path):
+    not_corpus = tmp_path / "x.h5"
+    not_corpus.write_bytes(b"not hdf5 at all")
+    for args, msg in [(["--dim", "-3"], "--dim must be > 0"), (["--window", "0"], "--window must be > 0"),
+                      (["--device", "tpu"], "invalid choice"), (["--corpus", str(not_corpus)], "not a readable HDF5"),
+                      (["--corpus", str(tmp_path / "missing.h5")], "corpus not found")]:
+        proc = run_mpi(2, ["-m", "mpidwe.train", "--out", str(tmp_path / "r"), *args], cwd=str(tmp_path),
+                       check=False, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        lines = error_lines(proc.stderr)
+        assert len(lines) == 1 and msg in lines[0], proc.stderr

@@ -1,0 +1,63 @@
+"""The trainer's pure pieces: round planning, data stream, outputs."""
+
+import numpy as np
+import pytest
+
+from mpidwe.comm import Comm
+from mpidwe.config import PreprocessConfig, TrainConfig
+from mpidwe.corpus import Corpus
+from mpidwe.preprocess import run as preprocess
+from mpidwe.train import ShardStream, count_rounds, init_params, learning_rate, rng_seeds, round_targets
+
+
+def test_rounds_are_planned_from_the_largest_shard():
+    assert count_rounds([100, 120, 90], epochs=2, sync_every=50) == 5
+    assert count_rounds([0, 0], epochs=1, sync_every=10) == 1
+    t = round_targets(95, 4)
+    assert t[-1] == 95 and np.all(np.diff(t) >= 23)
+
+
+def test_init_is_word2vec_and_seeded():
+    a_in, a_out = init_params(10, 8, seed=3)
+    b_in, _ = init_params(10, 8, seed=3)
+    c_in, _ = init_params(10, 8, seed=4)
+    assert np.array_equal(a_in, b_in) and not np.array_equal(a_in, c_in)
+    assert a_in.dtype == np.float32 and np.abs(a_in).max() <= 0.5 / 8 and not a_out.any()
+
+
+def test_rng_seeds_distinct_per_rank_and_thread():
+    s = {int(x) for r in range(3) for x in rng_seeds(1, r, 4)}
+    assert len(s) == 12
+    assert np.array_equal(rng_seeds(1, 0, 2), rng_seeds(1, 0, 2))
+
+
+def test_learning_rate_decays_to_floor():
+    cfg = TrainConfig(lr=0.1, min_lr_ratio=0.01)
+    assert learning_rate(cfg, 0, 100) == pytest.approx(0.1)
+    assert learning_rate(cfg, 50, 100) == pytest.approx(0.05)
+    assert learning_rate(cfg, 100, 100) == pytest.approx(0.001)
+
+
+def test_shard_stream_cuts_rounds_at_sentence_boundaries(tmp_path):
+    src = tmp_path / "t.txt"
+    rng = np.random.default_rng(0)
+    src.write_text("\n".join(" ".join(f"w{int(i)}" for i in rng.integers(0, 20, rng.integers(1, 15)))
+                             for _ in range(200)))
+    out = tmp_path / "c.h5"
+    preprocess(PreprocessConfig(inputs=(str(src),), output=str(out), min_count=1), Comm.serial(), log=None)
+    with Corpus(str(out)) as c:
+        shard = c.shard(0, 1)
+        sentences = set(c._f["sentences"][:].tolist()) | {c.n_tokens}
+        stream = ShardStream(c, shard, epochs=2, block_tokens=37)
+        targets = round_targets(shard.n_tokens * 2, 7)
+        got, ends = [], []
+        for t in targets:
+            for tokens, starts in stream.take(int(t)):
+                assert starts[0] == 0
+                got.append(tokens)
+            ends.append(stream.consumed)
+        assert ends[-1] == 2 * c.n_tokens
+        assert all(e >= t for e, t in zip(ends, targets))
+        assert all(e % c.n_tokens in sentences or e == 2 * c.n_tokens for e in ends)
+        whole = c.read_tokens(0, c.n_tokens)
+        assert np.array_equal(np.concatenate(got), np.concatenate([whole, whole]))
