@@ -235,6 +235,11 @@ class TrainConfig:
     device: str = opt("auto", "auto (CUDA if present, else CPU), cpu or cuda",
                       choices=["auto", "cpu", "cuda"])
     threads: int = opt(0, "CPU threads per rank; 0: the node's cores divided among its ranks")
+    kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched; the "
+                      "CUDA path, also runs on CPU) or auto (numba on CPU, torch on CUDA)",
+                      choices=["auto", "numba", "torch"])
+    shared_negatives: bool = opt(False, "skip-gram: one draw of negatives per window, shared by its "
+                                 "context words (pWord2Vec); faster, a different random stream")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
     log_every: int = opt(1, "write a metrics line every this many syncs")
     progress: bool = opt(True, "show a progress bar on rank 0 (tqdm, standard error)")

@@ -26,7 +26,6 @@ from . import checkpoint
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
-from .kernels import cpu as cpu_kernel
 from .sync import Synchronizer
 from .vocab import keep_probabilities, negative_table
 
@@ -97,6 +96,57 @@ def resolve_device(cfg: TrainConfig, comm: Comm) -> str:
             return "cpu"
         raise ConfigError("--device cuda: no CUDA device is available on this node")
     return f"cuda:{comm.node_rank % torch.cuda.device_count()}"
+
+
+class Backend:
+    """Where the update kernel runs. ``numba`` trains the host arrays in place; ``torch``
+    trains a copy on the device (uploaded at the start of a round, downloaded before the
+    sync, which always combines host arrays)."""
+
+    def __init__(self, kind: str, device: str, w_in: np.ndarray, w_out: np.ndarray, touched: list[np.ndarray]):
+        self.kind, self.device = kind, device
+        self.host = (w_in, w_out, *touched)
+        if kind == "numba":
+            from .kernels import cpu
+
+            self._train = cpu.train_block
+            self.arrays = self.host
+        else:
+            import torch
+
+            from .kernels import torch_kernel
+
+            self._train = torch_kernel.train_block
+            self.arrays = tuple(torch.from_numpy(a).to(device) for a in self.host) if device != "cpu" else self.host
+
+    def begin_round(self) -> None:
+        if self.arrays is not self.host:
+            for dev, host in zip(self.arrays, self.host):
+                dev.copy_(self._torch.from_numpy(host))
+
+    @property
+    def _torch(self):
+        import torch
+
+        return torch
+
+    def end_round(self) -> None:
+        if self.arrays is not self.host:
+            for dev, host in zip(self.arrays, self.host):
+                host[:] = dev.cpu().numpy()
+
+    def train(self, tokens, starts, keep, table, rng_state, **kw):
+        w_in, w_out, t_in, t_out = self.arrays
+        return self._train(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
+                           touched_out=t_out, **kw)
+
+
+def resolve_kernel(cfg: TrainConfig, device: str) -> str:
+    if cfg.kernel == "auto":
+        return "numba" if device == "cpu" else "torch"
+    if cfg.kernel == "numba" and device != "cpu":
+        raise ConfigError("--kernel numba runs on the CPU only; use --kernel torch (or auto) with CUDA")
+    return cfg.kernel
 
 
 # ------------------------------------------------------------------ data stream
@@ -265,7 +315,8 @@ def _check_resume(cfg: TrainConfig, ck: checkpoint.Checkpoint, corpus: Corpus, w
 # options that change what a resumed run would compute; the rest (logging, checkpoint and
 # evaluation cadence, progress bar) may change between runs
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio", "epochs",
-                     "seed", "sync", "sync_every", "average_rows", "block_tokens")
+                     "seed", "sync", "sync_every", "average_rows", "block_tokens",
+                     "kernel", "shared_negatives")
 
 
 def _load_resume(cfg: TrainConfig, comm: Comm, corpus: Corpus, log) -> checkpoint.Checkpoint | None:
@@ -299,6 +350,7 @@ def _load_resume(cfg: TrainConfig, comm: Comm, corpus: Corpus, log) -> checkpoin
 
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
     device = comm.agree(resolve_device, cfg, comm)
+    kernel = comm.agree(resolve_kernel, cfg, device)
     threads = resolve_threads(cfg, comm)
     counts = corpus.counts
     words = corpus.words
@@ -309,7 +361,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     words_total = corpus.n_tokens * cfg.epochs
     ckpt_dir = os.path.join(cfg.out, "checkpoints")
 
-    resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device,
+    resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=len(words), mpi=comm.mpi_library, version=__version__)
     if comm.is_root:
@@ -343,6 +395,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     syncer = Synchronizer(comm, [w_in, w_out], mode=cfg.sync, allreduce=cfg.allreduce,
                           average_rows=cfg.average_rows)
     stream = ShardStream(corpus, shard, cfg.epochs, cfg.block_tokens, start=position)
+    backend = Backend(kernel, device, w_in, w_out, touched)
     metrics = MetricsLog(os.path.join(cfg.out, "metrics.jsonl") if comm.is_root else None)
     bar = _progress_bar(cfg, words_total, global_words) if comm.is_root else None
     reference = None
@@ -386,19 +439,20 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
         for rnd in range(start_round, rounds):
             local_in_round = 0
             round_loss = np.zeros(2)
+            t = time.perf_counter()
+            backend.begin_round()
             for tokens, starts in stream.take(int(targets[rnd])):
-                t = time.perf_counter()
-                loss, n_ex, n_words = cpu_kernel.train_block(
-                    w_in, w_out, tokens, starts, keep, table, rng_state,
-                    model=cfg.model, window=cfg.window, negative=cfg.negative, lr0=cfg.lr,
-                    lr_min=cfg.lr * cfg.min_lr_ratio, words_done=global_words + comm.size * local_in_round,
-                    words_scale=comm.size, words_total=words_total, touched_in=touched[0],
-                    touched_out=touched[1], threads=threads)
-                compute_s += time.perf_counter() - t
+                loss, n_ex, n_words = backend.train(
+                    tokens, starts, keep, table, rng_state, model=cfg.model, window=cfg.window,
+                    negative=cfg.negative, lr0=cfg.lr, lr_min=cfg.lr * cfg.min_lr_ratio,
+                    words_done=global_words + comm.size * local_in_round, words_scale=comm.size,
+                    words_total=words_total, threads=threads, shared_negatives=cfg.shared_negatives)
                 local_in_round += n_words
                 round_loss += (loss, n_ex)
                 if bar is not None:
                     bar.update(n_words * comm.size)
+            backend.end_round()
+            compute_s += time.perf_counter() - t
             syncer.sync([w_in, w_out], touched)
             due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
                            and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)

@@ -68,10 +68,10 @@ def cluster_purity(vectors, words, clusters_file, k=5):
     return float((labels[nn] == labels[:, None]).mean())
 
 
-@pytest.mark.parametrize("model", ["skipgram", "cbow"])
-def test_planted_clusters_are_recovered(demo, tmp_path, model):
-    res = train(small(demo, tmp_path / model, model=model, epochs=2, lr=0.025 if model == "skipgram" else 0.05),
-                Comm.serial(), log=None)
+@pytest.mark.parametrize("model,kernel", [("skipgram", "numba"), ("cbow", "numba"), ("skipgram", "torch")])
+def test_planted_clusters_are_recovered(demo, tmp_path, model, kernel):
+    res = train(small(demo, tmp_path / model, model=model, epochs=2, kernel=kernel,
+                      lr=0.025 if model == "skipgram" else 0.05), Comm.serial(), log=None)
     purity = cluster_purity(res.w_in, res.words, demo / "demo-clusters.tsv")
     assert purity > 0.8, purity
 
