@@ -295,14 +295,14 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print) -> RunResult:
         corpus.close()
 
 
-def _check_resume(cfg: TrainConfig, ck: checkpoint.Checkpoint, corpus: Corpus, world: int) -> None:
+def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, world: int) -> None:
     """Refuse a checkpoint that cannot continue this run, naming the mismatch."""
     if ck.corpus_id != corpus.corpus_id:
         raise InputError(f"cannot resume from {ck.path}: it was trained on another corpus "
                          f"({ck.config.get('corpus')}, id {ck.corpus_id[:12]}) than {corpus.path} "
                          f"(id {corpus.corpus_id[:12]})")
     for key in RESUME_MUST_MATCH:
-        old, new = ck.config.get(key), getattr(cfg, key)
+        old, new = ck.config.get(key), resolved.get(key)
         if old != new:
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
                              f"but the checkpoint has {old!r}")
@@ -319,7 +319,8 @@ RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_
                      "kernel", "shared_negatives")
 
 
-def _load_resume(cfg: TrainConfig, comm: Comm, corpus: Corpus, log) -> checkpoint.Checkpoint | None:
+def _load_resume(cfg: TrainConfig, resolved: dict, comm: Comm, corpus: Corpus,
+                 log) -> checkpoint.Checkpoint | None:
     """Rank 0 finds, loads and checks the checkpoint; everything is broadcast."""
     def find():
         if not cfg.resume:
@@ -330,7 +331,7 @@ def _load_resume(cfg: TrainConfig, comm: Comm, corpus: Corpus, log) -> checkpoin
                 return None
         else:
             ck = checkpoint.load(cfg.resume)
-        _check_resume(cfg, ck, corpus, comm.size)
+        _check_resume(resolved, ck, corpus, comm.size)
         return ck
 
     ck = comm.agree(find) if comm.is_root else comm.agree(lambda: None)
@@ -372,7 +373,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     else:
         comm.agree(lambda: None)
 
-    resumed = _load_resume(cfg, comm, corpus, log)
+    resumed = _load_resume(cfg, resolved, comm, corpus, log)
     if resumed is not None:
         w_in, w_out = resumed.w_in, resumed.w_out
         rng_state = np.ascontiguousarray(resumed.rng_state[comm.rank][:threads]).astype(np.uint64)
