@@ -63,7 +63,13 @@ class Comm:
             return cls.serial()
         from mpi4py import MPI
 
-        return cls(MPI.COMM_WORLD.Dup())
+        comm = cls(MPI.COMM_WORLD.Dup())
+        step_tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1)
+        if comm.size == 1 and step_tasks > 1:
+            # every task would train alone and write the same files
+            raise MpidweError(f"srun started {step_tasks} tasks but MPI sees a world of 1: the PMI does "
+                              f"not match this MPI (MPICH needs srun --mpi=pmi2, Open MPI srun --mpi=pmix)")
+        return comm
 
     @property
     def is_root(self) -> bool:
