@@ -284,13 +284,17 @@ class StopRequest:
             signal.signal(sig, old)
 
 
-def run(cfg: TrainConfig, comm: Comm, *, log=print) -> RunResult:
+def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = None) -> RunResult:
+    """Train on every rank of ``comm``. ``stop`` (installed by ``main`` as early as possible)
+    turns SIGTERM/SIGUSR1 into a checkpoint and a clean exit."""
     log = log if comm.is_root else None
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
     corpus = comm.agree(Corpus, corpus_path)
     try:
-        with StopRequest() as stop:
+        if stop is not None:
             return _train(cfg, comm, corpus, log, stop)
+        with StopRequest() as own:
+            return _train(cfg, comm, corpus, log, own)
     finally:
         corpus.close()
 
@@ -573,15 +577,17 @@ def _progress_bar(cfg: TrainConfig, total: int, initial: int = 0):
                 mininterval=0.5, file=sys.stderr)
 
 
-def _body(argv, comm: Comm) -> int:
+def _body(argv, comm: Comm, stop: StopRequest) -> int:
     cfg = comm.agree(parse_command, TrainConfig, argv, prog=PROG, config_file_flag=True,
                      description="Train word embeddings (SGNS/CBOW) on every rank's shard.")
-    result = run(cfg, comm)
+    result = run(cfg, comm, stop=stop)
     return EXIT_REQUEUE if result.stopped else 0
 
 
 def main(argv=None) -> int:
-    return run_main(PROG, _body, argv)
+    # catch a time-limit signal that arrives while MPI and the corpus are still starting up
+    with StopRequest() as stop:
+        return run_main(PROG, lambda a, c: _body(a, c, stop), argv)
 
 
 if __name__ == "__main__":
