@@ -48,16 +48,22 @@ def score(vectors_path: str) -> dict:
             "syntactic": ana["syntactic"]["accuracy"]}
 
 
-def run_gensim(text: str, out: str, epochs: int, seed: int) -> float:
+def run_gensim(text: str, out: str, epochs: int, seed: int, corpus_file: bool = True) -> float:
+    """gensim 4 skip-gram, workers=2. ``corpus_file`` mode is gensim's fast path; note that in
+    it each worker decays the learning rate by its own share of the corpus, so with 2 workers
+    the rate only falls to about half of ``alpha`` by the end (gensim's word2vec_corpusfile.pyx,
+    get_next_alpha). The iterable mode (LineSentence) decays it fully, as word2vec does."""
+    source = f"corpus_file={text!r}" if corpus_file else "corpus_iterable=LineSentence(" + repr(text) + ")"
     code = f"""
 import time
 from gensim.models import Word2Vec
+from gensim.models.word2vec import LineSentence
 m = Word2Vec(vector_size={HYPER['dim']}, window={HYPER['window']}, negative={HYPER['negative']},
              sample={HYPER['sample']}, alpha={HYPER['lr']}, min_count={HYPER['min_count']}, sg=1, hs=0,
              workers=2, seed={seed})
-m.build_vocab(corpus_file={text!r})
+m.build_vocab({source})
 t = time.perf_counter()
-m.train(corpus_file={text!r}, total_examples=m.corpus_count, total_words=m.corpus_total_words, epochs={epochs})
+m.train({source}, total_examples=m.corpus_count, total_words=m.corpus_total_words, epochs={epochs})
 print("SECONDS", time.perf_counter() - t)
 m.wv.save_word2vec_format({out!r})
 """
@@ -129,18 +135,24 @@ def main() -> int:
                    Comm.serial(), log=None)
     run_mpidwe(os.path.join(warm, "corpus.h5"), os.path.join(warm, "run"), 1, 2, "sparse", 1, a.seed, ["--no-export"])
 
-    layouts = [("1x2", 1, 2, "sparse"), ("2x1-sparse", 2, 1, "sparse"), ("2x1-dense", 2, 1, "dense"),
-               ("2x1-average", 2, 1, "average")]
+    layouts = [("1x2", 1, 2, "sparse", []), ("2x1-sparse", 2, 1, "sparse", []), ("2x1-dense", 2, 1, "dense", []),
+               ("2x1-average", 2, 1, "average", []),
+               ("2x1-average-all", 2, 1, "average", ["--average-rows", "all"]),
+               ("1x2-per-pair", 1, 2, "sparse", ["--no-shared-negatives"]),
+               ("1x2-halfdecay", 1, 2, "sparse", ["--min-lr-ratio", "0.5"])]
     results = {}
     if not a.skip_gensim:
         out = os.path.join(work, "gensim.txt")
         secs = run_gensim(text, out, a.epochs, a.seed)
         results["gensim workers=2"] = {"seconds": secs, **score(out)}
-    for name, ranks, threads, sync in layouts:
+        out = os.path.join(work, "gensim-iterable.txt")
+        secs = run_gensim(text, out, a.epochs, a.seed, corpus_file=False)
+        results["gensim iterable w=2"] = {"seconds": secs, **score(out)}
+    for name, ranks, threads, sync, more in layouts:
         if a.only and name not in a.only:
             continue
         out = os.path.join(work, f"run-{name}")
-        extra = ["--sync-every", str(a.sync_every)] if a.sync_every else []
+        extra = (["--sync-every", str(a.sync_every)] if a.sync_every else []) + more
         secs, last = run_mpidwe(corpus, out, ranks, threads, sync, a.epochs, a.seed, extra)
         results[f"mpidwe {name}"] = {"seconds": secs, "comm_s": max(last["comm_seconds"]),
                                     "comm_MB": max(last["comm_bytes"]) / 1e6, **score(os.path.join(out, "vectors.txt"))}

@@ -238,8 +238,10 @@ class TrainConfig:
     kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched; the "
                       "CUDA path, also runs on CPU) or auto (numba on CPU, torch on CUDA)",
                       choices=["auto", "numba", "torch"])
-    shared_negatives: bool = opt(False, "skip-gram: one draw of negatives per window, shared by its "
-                                 "context words (pWord2Vec); faster, a different random stream")
+    shared_negatives: bool = opt(True, "skip-gram: one draw of negatives per centre word, shared by "
+                                 "its window's context words (Intel pWord2Vec): about 2x faster at "
+                                 "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
+                                 "gives word2vec's per-pair negatives")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
     log_every: int = opt(1, "write a metrics line every this many syncs")
     progress: bool = opt(True, "show a progress bar on rank 0 (tqdm, standard error)")

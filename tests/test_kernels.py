@@ -215,9 +215,19 @@ def planted_corpus(n_sentences=400, seed=0):
     return tokens, starts, np.bincount(tokens, minlength=20)
 
 
-@pytest.mark.parametrize("model", ["skipgram", "cbow"])
-def test_torch_kernel_learns_planted_topics(model):
+@pytest.fixture
+def torch_one_thread():
+    """One intra-op thread: spinning OpenMP threads make tiny batches slow on a busy machine."""
     torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield torch
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("model", ["skipgram", "cbow"])
+def test_torch_kernel_learns_planted_topics(model, torch_one_thread):
+    torch = torch_one_thread
     from mpidwe.kernels import torch_kernel
     tokens, starts, counts = planted_corpus()
     state = make_state(vocab=20, dim=16)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from llvmlite import ir
+from llvmlite import binding, ir
 from numba import literally, njit, typeof, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -40,6 +40,8 @@ _C = np.uint64(LCG_INCREMENT)
 _S32 = np.uint64(32)
 _S40 = np.uint64(40)
 _LOW32 = np.uint64(0xFFFFFFFF)
+# The prefetch intrinsic is named after its pointer type: opaque `ptr` from LLVM 17 on.
+_PREFETCH = "llvm.prefetch.p0" if binding.llvm_version_info >= (17,) else "llvm.prefetch.p0i8"
 
 
 # ------------------------------------------------------------------ random numbers
@@ -81,7 +83,7 @@ def _prefetch_row(typingctx, matrix, row):
         base = builder.bitcast(ptr, ir.IntType(8).as_pointer())
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [base.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH)
         row_bytes = builder.mul(builder.extract_value(mat.shape, 1),
                                 context.get_constant(types.intp, mty.dtype.bitwidth // 8))
         with cgutils.for_range_slice(builder, zero, row_bytes,
@@ -94,6 +96,14 @@ def _prefetch_row(typingctx, matrix, row):
 
 
 # ------------------------------------------------------------------ one training step
+@njit(inline="always")
+def _mark(touched, row):
+    """touched[row] = 1, writing only if needed: the flags of frequent words share cache
+    lines, and a store (even of the same value) would bounce them between Hogwild cores."""
+    if touched[row] == 0:
+        touched[row] = 1
+
+
 @njit(inline="always")
 def _gradient(score, label, lr, sigmoid, loss_table):
     """(g, loss) for one score: g = (label - sigmoid(score)) * lr from word2vec's table;
@@ -145,7 +155,7 @@ def _skipgram_pair(w_in, w_out, context, center, negs, n_negs, lr, grad_h,
     loss = _update_target(h, w_out[center], 1, grad_h, lr, sigmoid, loss_table, dim)
     for d in range(n_negs):
         loss += _update_target(h, w_out[negs[d]], 0, grad_h, lr, sigmoid, loss_table, dim)
-        touched_out[negs[d]] = 1
+        _mark(touched_out, negs[d])
     for k in range(dim):
         h[k] += grad_h[k]
     return loss
@@ -184,13 +194,13 @@ def _skipgram_window_shared(w_in, w_out, contexts, n_ctx, outs, n_out, lr, score
             g = scores_g[i, j]
             for k in range(dim):
                 o[k] += g * h[k]
-        touched_out[outs[j]] = 1
+        _mark(touched_out, outs[j])
     for i in range(n_ctx):
         h = w_in[contexts[i]]
         gi = grad_in[i]
         for k in range(dim):
             h[k] += gi[k]
-        touched_in[contexts[i]] = 1
+        _mark(touched_in, contexts[i])
     return loss
 
 
@@ -212,13 +222,13 @@ def _cbow_center(w_in, w_out, contexts, n_ctx, center, negs, n_negs, lr, h, grad
     loss = _update_target(h, w_out[center], 1, grad_h, lr, sigmoid, loss_table, dim)
     for d in range(n_negs):
         loss += _update_target(h, w_out[negs[d]], 0, grad_h, lr, sigmoid, loss_table, dim)
-        touched_out[negs[d]] = 1
-    touched_out[center] = 1
+        _mark(touched_out, negs[d])
+    _mark(touched_out, center)
     for i in range(n_ctx):
         row = w_in[contexts[i]]
         for k in range(dim):
             row[k] += grad_h[k]
-        touched_in[contexts[i]] = 1
+        _mark(touched_in, contexts[i])
     return loss
 
 
@@ -302,10 +312,10 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
                     state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
                     loss += _skipgram_pair(w_in, w_out, kept[c], center, negs, n_negs, lr,
                                            grad_h, sigmoid, loss_table, touched_out, dim)
-                    touched_in[kept[c]] = 1
+                    _mark(touched_in, kept[c])
                     n_examples += 1
                 if hi > lo:
-                    touched_out[center] = 1
+                    _mark(touched_out, center)
             else:
                 n_ctx = 0
                 for c in range(lo, hi + 1):
