@@ -75,7 +75,7 @@ def run_mpidwe(corpus: str, out: str, ranks: int, threads: int, sync: str, epoch
                extra: list[str]) -> float:
     from mpidwe.demo import mpi_launch
 
-    args = ["-m", "mpidwe.train", "--corpus", corpus, "--out", out, "--threads", str(threads), "--sync", sync,
+    args = ["-m", "mpidwe.train", "--corpus", corpus, "--out", out, "--force", "--threads", str(threads), "--sync", sync,
             "--epochs", str(epochs), "--seed", str(seed), "--no-progress", "--dim", str(HYPER["dim"]),
             "--window", str(HYPER["window"]), "--negative", str(HYPER["negative"]),
             "--sample", str(HYPER["sample"]), "--lr", str(HYPER["lr"]), *extra]
@@ -137,7 +137,7 @@ def main() -> int:
 
     layouts = [("1x2", 1, 2, "sparse", []), ("2x1-sparse", 2, 1, "sparse", []), ("2x1-dense", 2, 1, "dense", []),
                ("2x1-average", 2, 1, "average", []),
-               ("2x1-average-all", 2, 1, "average", ["--average-rows", "all"]),
+               ("2x1-average-touched", 2, 1, "average", ["--average-rows", "touched"]),
                ("1x2-per-pair", 1, 2, "sparse", ["--no-shared-negatives"]),
                ("1x2-halfdecay", 1, 2, "sparse", ["--min-lr-ratio", "0.5"])]
     results = {}

@@ -229,9 +229,9 @@ class TrainConfig:
     sync_every: int = opt(250_000, "words each rank trains between two syncs")
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
-    average_rows: str = opt("touched", "--sync average: divide each row's summed change by the "
-                            "ranks that touched it (touched) or by all ranks (all)",
-                            choices=["touched", "all"])
+    average_rows: str = opt("all", "--sync average (ranks train with P x --lr): divide each row's "
+                            "summed change by all ranks (all: every row moves by one lr-sized step) "
+                            "or by the ranks that touched it (touched)", choices=["touched", "all"])
     device: str = opt("auto", "auto (CUDA if present, else CPU), cpu or cuda",
                       choices=["auto", "cpu", "cuda"])
     threads: int = opt(0, "CPU threads per rank; 0: the node's cores divided among its ranks")
@@ -251,6 +251,8 @@ class TrainConfig:
     checkpoint_minutes: float = opt(0.0, "also write a checkpoint every this many minutes (0: off)")
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
     resume: str | None = opt(None, "auto (newest valid checkpoint in RUN_DIR, if any) or a checkpoint path")
+    force: bool = opt(False, "start over in a RUN_DIR that already holds a run (its metrics and "
+                      "checkpoints are deleted)")
     eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end)")
     eval_sim: tuple[str, ...] = opt((), "word-similarity files (word1 word2 score) to evaluate on")
     eval_analogy: tuple[str, ...] = opt((), "analogy files (questions-words.txt format) to evaluate on")

@@ -71,7 +71,8 @@ def main(argv=None) -> int:
     ana = os.path.join(a.dir, "demo-analogies.txt")
     step(f"train skip-gram on {a.ranks} rank(s)",
          mpi_launch(a.ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", run_dir, "--epochs", "2",
-                              "--eval-sim", sim, "--eval-analogy", ana, "--checkpoint-every", "1000000"]))
+                              "--eval-sim", sim, "--eval-analogy", ana, "--checkpoint-every", "1000000",
+                              "--force"]))
     step("evaluate the exported vectors",
          [sys.executable, "-m", "mpidwe.evaluate", os.path.join(run_dir, "vectors.txt"),
           "--similarity", sim, "--analogy", ana])

@@ -299,6 +299,22 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
         corpus.close()
 
 
+def _prepare_run_dir(cfg: TrainConfig, resuming: bool) -> None:
+    """Never mix two runs in one RUN_DIR: a fresh start needs an empty one, ``--force``
+    (which clears the old metrics and checkpoints) or ``--resume auto`` (which found none)."""
+    os.makedirs(cfg.out, exist_ok=True)
+    metrics = os.path.join(cfg.out, "metrics.jsonl")
+    old = checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints"))
+    if resuming or not (old or os.path.exists(metrics)):
+        return
+    if not (cfg.force or cfg.resume == "auto"):
+        raise InputError(f"{cfg.out} already holds a run; continue it with --resume auto, start over "
+                         f"with --force, or choose another --out")
+    for path in old + [metrics]:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
 def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, world: int) -> None:
     """Refuse a checkpoint that cannot continue this run, naming the mismatch."""
     if ck.corpus_id != corpus.corpus_id:
@@ -369,15 +385,14 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=len(words), mpi=comm.mpi_library, version=__version__)
+    resumed = _load_resume(cfg, resolved, comm, corpus, log)
     if comm.is_root:
-        comm.agree(os.makedirs, cfg.out, exist_ok=True)
+        comm.agree(_prepare_run_dir, cfg, resumed is not None)
         atomic_write_text(os.path.join(cfg.out, "config.json"), json.dumps(resolved, indent=2, sort_keys=True))
         if log:
             log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
     else:
         comm.agree(lambda: None)
-
-    resumed = _load_resume(cfg, resolved, comm, corpus, log)
     if resumed is not None:
         w_in, w_out = resumed.w_in, resumed.w_out
         rng_state = np.ascontiguousarray(resumed.rng_state[comm.rank][:threads]).astype(np.uint64)
@@ -394,6 +409,9 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
         rng_state = rng_seeds(cfg.seed, comm.rank, threads)
         start_round, global_words, position, history = 0, 0, 0, []
 
+    # Model averaging divides every rank's step by the ranks that are averaged, so ranks
+    # train with P x lr (the linear scaling rule) and each averaged step is worth lr again.
+    local_lr = cfg.lr * (comm.size if cfg.sync == "average" else 1)
     keep = keep_probabilities(counts, cfg.sample).astype(np.float32)
     table = negative_table(counts)
     touched = [np.zeros(len(words), dtype=np.uint8), np.zeros(len(words), dtype=np.uint8)]
@@ -449,7 +467,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
             for tokens, starts in stream.take(int(targets[rnd])):
                 loss, n_ex, n_words = backend.train(
                     tokens, starts, keep, table, rng_state, model=cfg.model, window=cfg.window,
-                    negative=cfg.negative, lr0=cfg.lr, lr_min=cfg.lr * cfg.min_lr_ratio,
+                    negative=cfg.negative, lr0=local_lr, lr_min=local_lr * cfg.min_lr_ratio,
                     words_done=global_words + comm.size * local_in_round, words_scale=comm.size,
                     words_total=words_total, threads=threads, shared_negatives=cfg.shared_negatives)
                 local_in_round += n_words

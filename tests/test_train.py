@@ -107,3 +107,15 @@ def test_bad_options_fail_fast_on_every_rank(demo, tmp_path):
         assert proc.returncode == 2, proc.stderr
         lines = error_lines(proc.stderr)
         assert len(lines) == 1 and msg in lines[0], proc.stderr
+
+
+def test_a_run_dir_holding_a_run_is_not_reused_without_resume_or_force(demo, tmp_path):
+    from mpidwe.errors import InputError
+
+    out = tmp_path / "once"
+    train(small(demo, out, sync_every=200_000), Comm.serial(), log=None)
+    with pytest.raises(InputError, match="already holds a run"):
+        train(small(demo, out, sync_every=200_000), Comm.serial(), log=None)
+    res = train(small(demo, out, sync_every=200_000, force=True), Comm.serial(), log=None)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["words"] == res.words_total and len(lines) == len(res.metrics)
