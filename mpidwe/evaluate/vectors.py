@@ -193,16 +193,28 @@ def write_word2vec(path: str, words: list[str], vectors: np.ndarray, *, binary: 
 
 
 def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
-    """(words, float32 matrix) from any vectors file mpidwe reads, chosen by content."""
+    """(words, float32 matrix) from any vectors file mpidwe reads, chosen by content: word2vec
+    text or binary, an mpidwe checkpoint (its input vectors), or a run directory (its newest
+    valid checkpoint)."""
+    import os
+
+    if os.path.isdir(path):
+        from ..checkpoint import latest_valid
+
+        ck = latest_valid(os.path.join(path, "checkpoints"))
+        if ck is None:
+            raise InputError(f"no valid checkpoint in {path}/checkpoints")
+        return ck.words, ck.w_in
     try:
         with open(path, "rb") as fh:
             first = fh.read(MAX_HEADER)
     except OSError as e:
         raise InputError(f"cannot read vectors file {path}: {e.strerror}") from None
     if first.startswith(HDF5_MAGIC):
-        # Checkpoints are HDF5: their loader plugs in here once the format exists.
-        raise InputError(f"{path} is an HDF5 file; this mpidwe evaluates word2vec text or binary "
-                         f"vectors only (export them with the trainer, or gensim's save_word2vec_format)")
+        from ..checkpoint import load
+
+        ck = load(path)  # refuses a corpus or any other HDF5 file with a clear message
+        return ck.words, ck.w_in
     head = first.split(b"\n", 1)[0].split()
     if len(head) == 2 and all(x.isdigit() for x in head):
         return read_word2vec(path)
