@@ -119,3 +119,54 @@ def test_a_run_dir_holding_a_run_is_not_reused_without_resume_or_force(demo, tmp
     res = train(small(demo, out, sync_every=200_000, force=True), Comm.serial(), log=None)
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["words"] == res.words_total and len(lines) == len(res.metrics)
+
+
+def test_config_file_gives_options_and_flags_override(tmp_path):
+    from mpidwe.config import parse_command
+    from mpidwe.errors import ConfigError
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('dim = 48\nwindow = 3\nsync = "dense"\neval_sim = ["a.tsv", "b.tsv"]\n')
+    cfg = parse_command(TrainConfig, ["--config", str(toml), "--window", "7"], prog="t", description="",
+                        config_file_flag=True)
+    assert (cfg.dim, cfg.window, cfg.sync, cfg.eval_sim) == (48, 7, "dense", ("a.tsv", "b.tsv"))
+    toml.write_text("dimension = 48\n")
+    with pytest.raises(ConfigError, match="unknown option"):
+        parse_command(TrainConfig, ["--config", str(toml)], prog="t", description="", config_file_flag=True)
+
+
+def test_evaluation_during_training_logs_every_metric(demo, tmp_path):
+    # sample 1e-3: on 300k tokens, 1e-4 drops most of the planted relation markers
+    res = train(small(demo, tmp_path / "ev", epochs=2, eval_every=200_000, eval_pip=True, sample=1e-3,
+                      eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),)),
+                Comm.serial(), log=None)
+    evals = [m["eval"] for m in res.metrics if "eval" in m]
+    assert len(evals) >= 3
+    last = evals[-1]
+    assert last["sim:demo-similarity.tsv"] > 0.6
+    assert last["analogy:demo-analogies.txt"] > 0.9   # the planted analogies are learnt
+    assert 0 < last["pip_normalized"] < evals[0]["pip_normalized"] or last["pip"] > 0
+    assert (demo / "corpus.h5.sppmi.h5").exists()    # the reference is cached beside the corpus
+
+
+@pytest.mark.mpi
+def test_mpirun_with_a_hostfile_and_more_ranks_than_cores(demo, tmp_path):
+    """mpiexec -n 4 -hostfile hosts on this 2-core machine, in the hostfile form of the MPI
+    the project installed (Open MPI 'host slots=N' with --oversubscribe, MPICH 'host:N')."""
+    from conftest import mpi_env, mpi_flavor, mpiexec_path
+    import subprocess
+    import sys
+
+    hosts = tmp_path / "hosts"
+    flavor = mpi_flavor()
+    hosts.write_text("localhost slots=4\n" if flavor == "openmpi" else "localhost:4\n")
+    cmd = [mpiexec_path(), "-np", "4", "-hostfile", str(hosts)]
+    if flavor == "openmpi":
+        cmd.append("--oversubscribe")
+    cmd += [sys.executable, "-m", "mpidwe.train", "--corpus", str(demo / "corpus.h5"), "--out", str(tmp_path / "r"),
+            "--dim", "16", "--no-progress", "--sync-every", "40000"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=mpi_env(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["ranks"] == 4 and cfg["threads"] == 1   # 2 cores shared by 4 ranks on one node
+    assert (tmp_path / "r" / "vectors.txt").exists()
