@@ -60,9 +60,13 @@ test-fast: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/preprocess.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/train.py --workdir bench-work
+	PATH="$(abspath $(BIN)):$$PATH" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python benchmarks/evaluate.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/scaling.py bench-work/run-1x2 \
+		bench-work/run-2x1-dense bench-work/run-2x1-sparse bench-work/run-2x1-average
 
 clean:
-	rm -rf $(DEMO_DIR) .pytest_cache build *.egg-info
+	rm -rf $(DEMO_DIR) bench-work .pytest_cache build *.egg-info
 
 distclean: clean
 	rm -rf $(VENV)
