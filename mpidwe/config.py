@@ -241,7 +241,7 @@ class TrainConfig:
     shared_negatives: bool = opt(True, "skip-gram: one draw of negatives per centre word, shared by "
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
                                  "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
-                                 "gives word2vec's per-pair negatives")
+                                 "gives word2vec's per-pair negatives; CBOW ignores it")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
     log_every: int = opt(1, "write a metrics line every this many syncs")
     progress: bool = opt(True, "show a progress bar on rank 0 (tqdm, standard error)")

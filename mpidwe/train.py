@@ -412,6 +412,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     # Model averaging divides every rank's step by the ranks that are averaged, so ranks
     # train with P x lr (the linear scaling rule) and each averaged step is worth lr again.
     local_lr = cfg.lr * (comm.size if cfg.sync == "average" else 1)
+    shared_negatives = cfg.shared_negatives and cfg.model == "skipgram"  # CBOW has one target set per window already
     keep = keep_probabilities(counts, cfg.sample).astype(np.float32)
     table = negative_table(counts)
     touched = [np.zeros(len(words), dtype=np.uint8), np.zeros(len(words), dtype=np.uint8)]
@@ -469,7 +470,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
                     tokens, starts, keep, table, rng_state, model=cfg.model, window=cfg.window,
                     negative=cfg.negative, lr0=local_lr, lr_min=local_lr * cfg.min_lr_ratio,
                     words_done=global_words + comm.size * local_in_round, words_scale=comm.size,
-                    words_total=words_total, threads=threads, shared_negatives=cfg.shared_negatives)
+                    words_total=words_total, threads=threads, shared_negatives=shared_negatives)
                 local_in_round += n_words
                 round_loss += (loss, n_ex)
                 if bar is not None:
