@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +54,6 @@ def run_gensim(text: str, out: str, epochs: int, seed: int, corpus_file: bool = 
     get_next_alpha). The iterable mode (LineSentence) decays it fully, as word2vec does."""
     source = f"corpus_file={text!r}" if corpus_file else "corpus_iterable=LineSentence(" + repr(text) + ")"
     code = f"""
-import time
 from gensim.models import Word2Vec
 from gensim.models.word2vec import LineSentence
 m = Word2Vec(vector_size={HYPER['dim']}, window={HYPER['window']}, negative={HYPER['negative']},

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
+from .fsutil import atomic_path
 
 FORMAT = "mpidwe-checkpoint"
 FORMAT_VERSION = 1
@@ -102,41 +103,25 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
     """Write ``ckpt`` atomically into ``directory``; keep the newest ``keep`` files."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, checkpoint_name(ckpt.progress.round))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs[A_FORMAT] = FORMAT
-            f.attrs[A_VERSION] = FORMAT_VERSION
-            f.attrs[A_TOOL_VERSION] = __version__
-            f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-            f.attrs[A_CONFIG] = json.dumps(ckpt.config, sort_keys=True)
-            f.attrs[A_CORPUS_ID] = ckpt.corpus_id
-            f.attrs[A_CORPUS_PATH] = ckpt.corpus_path
-            f.attrs[A_VOCAB_SHA] = vocab_sha256(ckpt.words)
-            f.attrs[A_PROGRESS] = json.dumps(ckpt.progress.__dict__, sort_keys=True)
-            f.attrs[A_COMPLETE] = bool(ckpt.complete)
-            f.attrs[A_CHECKSUM] = params_sha256(ckpt.w_in, ckpt.w_out)
-            f.create_dataset(D_W_IN, data=ckpt.w_in)
-            f.create_dataset(D_W_OUT, data=ckpt.w_out)
-            f.create_dataset(D_WORDS, data=np.array(ckpt.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
-            f.create_dataset(D_COUNTS, data=np.asarray(ckpt.counts, dtype=np.int64))
-            f.create_dataset(D_RNG, data=np.asarray(ckpt.rng_state, dtype=np.uint64))
-            f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
-            f.flush()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs[A_FORMAT] = FORMAT
+        f.attrs[A_VERSION] = FORMAT_VERSION
+        f.attrs[A_TOOL_VERSION] = __version__
+        f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        f.attrs[A_CONFIG] = json.dumps(ckpt.config, sort_keys=True)
+        f.attrs[A_CORPUS_ID] = ckpt.corpus_id
+        f.attrs[A_CORPUS_PATH] = ckpt.corpus_path
+        f.attrs[A_VOCAB_SHA] = vocab_sha256(ckpt.words)
+        f.attrs[A_PROGRESS] = json.dumps(ckpt.progress.__dict__, sort_keys=True)
+        f.attrs[A_COMPLETE] = bool(ckpt.complete)
+        f.attrs[A_CHECKSUM] = params_sha256(ckpt.w_in, ckpt.w_out)
+        f.create_dataset(D_W_IN, data=ckpt.w_in)
+        f.create_dataset(D_W_OUT, data=ckpt.w_out)
+        f.create_dataset(D_WORDS, data=np.array(ckpt.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
+        f.create_dataset(D_COUNTS, data=np.asarray(ckpt.counts, dtype=np.int64))
+        f.create_dataset(D_RNG, data=np.asarray(ckpt.rng_state, dtype=np.uint64))
+        f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
+        f.flush()
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         os.unlink(old)
     return path

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
+from .fsutil import fsync_path
 from .sharding import sentence_shard
 
 FORMAT = "mpidwe-corpus"
@@ -48,19 +49,6 @@ D_LINE_STARTS = "line_starts"
 
 TOKEN_CHUNK = 1 << 18          # tokens per HDF5 chunk (1 MiB of int32)
 COPY_ITEMS = 1 << 22           # items copied at a time when stitching
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename in ``path``'s directory durable."""
-    _fsync_path(os.path.dirname(os.path.abspath(path)) or ".")
 
 
 # ----------------------------------------------------------------------------- parts
@@ -175,7 +163,7 @@ def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], coun
             corpus_id = digest.hexdigest()
             f.attrs[A_CORPUS_ID] = corpus_id
             f.flush()
-        _fsync_path(out_path)
+        fsync_path(out_path)
         return corpus_id
     finally:
         for p in parts:

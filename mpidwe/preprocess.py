@@ -29,7 +29,8 @@ from . import corpus as corpus_io
 from .comm import Comm, run_main
 from .config import PreprocessConfig, parse_command, to_json
 from .errors import InputError
-from .text import ScanStats, Source, TextOptions, describe_source, find_boundaries, scan_rank
+from .fsutil import fsync_dir
+from .text import ScanStats, TextOptions, describe_source, find_boundaries, scan_rank
 
 PROG = "python -m mpidwe.preprocess"
 FLUSH_TOKENS = 1 << 20
@@ -190,7 +191,7 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print) -> dict:
                         part_paths, tmp, words=[w.decode("utf-8") for w in words], counts=counts,
                         attrs=attrs, sentence_length=cfg.sentence_length)
                     os.replace(tmp, cfg.output)
-                    corpus_io.fsync_dir(cfg.output)
+                    fsync_dir(cfg.output)
                 finally:
                     if os.path.exists(tmp):
                         os.unlink(tmp)

@@ -37,13 +37,14 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from . import __version__
 from .config import SynthConfig, parse_command, resolve_path, to_dict
 from .errors import InputError, MpidweError
+from .fsutil import atomic_write, fsync_dir  # noqa: F401 (atomic_write is part of this module's API)
 
 FORMAT = "mpidwe-synth"
 FORMAT_VERSION = 1
@@ -306,32 +307,6 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-@contextlib.contextmanager
-def atomic_write(path: str) -> Iterator[BinaryIO]:
-    """Write to ``.NAME.PID.tmp`` beside ``path``; on success flush, fsync and rename over
-    ``path``, so a crash never leaves a half-written file under the real name."""
-    head, name = os.path.split(path)
-    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _prepare_output(cfg: SynthConfig) -> dict[str, str]:
     out_dir = resolve_path(cfg.output)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -435,7 +410,7 @@ def write_demo(cfg: SynthConfig) -> dict[str, str]:
     key = answer_key(cfg, lex, counts, lines, sims, sections)
     with atomic_write(paths["key"]) as fh:
         fh.write((json.dumps(key, indent=1) + "\n").encode("ascii"))
-    _fsync_dir(os.path.dirname(paths["key"]) or ".")
+    fsync_dir(paths["key"])
     return paths
 
 

@@ -25,6 +25,7 @@ from .config import TrainConfig, parse_command, to_dict
 from . import checkpoint
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
+from .fsutil import atomic_write
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .sync import Synchronizer
 from .vocab import keep_probabilities, negative_table
@@ -197,15 +198,6 @@ class ShardStream:
 
 
 # ------------------------------------------------------------------ outputs
-def atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 class MetricsLog:
     """JSON lines in RUN_DIR/metrics.jsonl, appended and flushed line by line (rank 0)."""
 
@@ -388,7 +380,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     resumed = _load_resume(cfg, resolved, comm, corpus, log)
     if comm.is_root:
         comm.agree(_prepare_run_dir, cfg, resumed is not None)
-        atomic_write_text(os.path.join(cfg.out, "config.json"), json.dumps(resolved, indent=2, sort_keys=True))
+        with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(resolved, indent=2, sort_keys=True))
         if log:
             log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
     else:

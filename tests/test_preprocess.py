@@ -12,7 +12,7 @@ from mpidwe.corpus import Corpus
 from mpidwe.errors import InputError
 from mpidwe.preprocess import run
 
-from conftest import ROOT, error_lines, run_mpi, run_py
+from conftest import error_lines, run_mpi, run_py
 
 DATASETS = ("vocab/words", "vocab/counts", "tokens", "sentences")
 

@@ -1,7 +1,6 @@
 """Checkpoints during training, exact resume, signals and faults (real mpiexec)."""
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -17,7 +16,7 @@ from mpidwe.config import PreprocessConfig, SynthConfig
 from mpidwe.preprocess import run as preprocess
 from mpidwe.synth import write_demo
 
-from conftest import ROOT, error_lines, mpi_command, mpi_env, run_mpi, run_py
+from conftest import error_lines, mpi_command, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000", "--keep-checkpoints", "100"]

@@ -1,7 +1,6 @@
 """Training end to end: serial and under mpiexec, every sync mode."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from mpidwe.preprocess import run as preprocess
 from mpidwe.synth import write_demo
 from mpidwe.train import run as train
 
-from conftest import ROOT, error_lines, run_mpi, run_py
+from conftest import ROOT, error_lines, run_mpi
 
 
 @pytest.fixture(scope="module")

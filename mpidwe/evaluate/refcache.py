@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError
+from ..fsutil import atomic_path
 
 FORMAT = "mpidwe-sppmi-cache"
 FORMAT_VERSION = 1
@@ -143,11 +144,9 @@ def _write_entry(f: h5py.File, ref: CachedReference) -> None:
 def write_reference(path: str, ref: CachedReference) -> None:
     """Add (or replace) ``ref``'s entry. Entries of the same corpus are kept; entries of
     another corpus (the corpus file was rewritten) are dropped. Crash-safe."""
-    head, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
     old = _open_checked(path) if os.path.exists(path) else None
     try:
-        with h5py.File(tmp, "w") as f:
+        with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
             f.attrs[A_FORMAT] = FORMAT
             f.attrs[A_VERSION] = FORMAT_VERSION
             f.attrs[A_CORPUS_ID] = ref.key.corpus_id
@@ -159,22 +158,9 @@ def write_reference(path: str, ref: CachedReference) -> None:
                         old.copy(g, dst, name=gname)
             _write_entry(f, ref)
             f.flush()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fd = os.open(head, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # make the rename durable
-        finally:
-            os.close(fd)
     finally:
         if old is not None:
             old.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def list_references(path: str) -> list[str]:

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from ..errors import InputError
+from ..fsutil import atomic_write
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 MAX_HEADER = 256
@@ -147,18 +148,9 @@ def _read_binary(path: str, mm: mmap.mmap, start: int, count: int, dim: int) -> 
 
 
 def _atomic_write(path: str, chunks) -> None:
-    head, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            for c in chunks:
-                fh.write(c)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_write(path) as fh:
+        for c in chunks:
+            fh.write(c)
 
 
 def _check_words(words: list[str], vectors: np.ndarray) -> None:
