@@ -206,25 +206,46 @@ def test_pip_against_the_reference(tmp_path, capsys):
     assert p["covered"] == 28 and p["missing"] == 2
     assert sorted(p["missing_examples"]) == sorted(ref.words[i] for i in np.random.default_rng(0).permutation(30)[:2])
     assert p["pip"] == pytest.approx(0, abs=1e-5 * p["norm"])
-    # vectors of another dimension than the reference: a real loss, and a new reference dim
-    noise = random_vectors(n=30, d=6, seed=3)
+    # noise vectors: a real loss, against a new reference of their dimension
+    noise = random_vectors(n=30, d=3, seed=3)
     write_word2vec(str(vec), ref.words, noise)
     rc, out, err = run_cli(capsys, *args, "--pip-dim", "3")
     assert rc == 0, err
     assert "computing the SPPMI reference" in err and "reference: SPPMI window 3, k 2, top 30, dimension 3" in out
-    rc, out, _ = run_cli(capsys, *args, "--pip-dim", "3", "--json")
+    rc, out, _ = run_cli(capsys, *args, "--json")
     p = json.loads(out)["pip"]
-    assert p["reference"]["cached"] and p["dim"] == 6 and p["reference_dim"] == 3
+    assert p["reference"]["cached"] and p["dim"] == 3 and p["reference_dim"] == 3
     e2 = reference_embedding(corpus, ReferenceSpec(window=3, negatives=2, dim=3, top_n=30)).vectors
     from mpidwe.evaluate.pip import pip_loss_dense
     assert p["pip"] == pytest.approx(pip_loss_dense(noise, e2), rel=1e-6)
+    # vectors whose dimension differs from the requested reference's are refused
+    write_word2vec(str(vec), ref.words, random_vectors(n=30, d=6, seed=3))
+    rc, out, err = run_cli(capsys, *args, "--pip-dim", "3")
+    assert rc == 2 and "has dimension 6" in err and "--pip-dim" in err
 
 
 def test_pip_without_common_words(tmp_path, capsys):
     corpus = make_corpus(tmp_path)
     vec = tmp_path / "v.txt"
     write_word2vec(str(vec), ["zz", "yy"], random_vectors(n=2, d=3), binary=False)
-    rc, out, err = run_cli(capsys, str(vec), "--pip-reference", corpus, "--pip-dim", "4", "--no-pip-cache")
+    rc, out, err = run_cli(capsys, str(vec), "--pip-reference", corpus, "--pip-dim", "3", "--no-pip-cache")
     assert rc == 2 and out == ""
     assert err.strip().endswith("none of the 40 reference words of " + corpus + " is in the vectors (PIP needs "
                                 "the same words)")
+
+
+def test_pip_refuses_vectors_of_another_dimension(tmp_path):
+    from mpidwe.comm import Comm
+    from mpidwe.config import PreprocessConfig
+    from mpidwe.evaluate.vectors import write_word2vec
+    from mpidwe.preprocess import run as preprocess
+
+    from conftest import run_py
+
+    (tmp_path / "t.txt").write_text("a b c d e f g h a b c d a b a\n" * 40)
+    preprocess(PreprocessConfig(inputs=(str(tmp_path / "t.txt"),), output=str(tmp_path / "c.h5"), min_count=1),
+               Comm.serial(), log=None)
+    write_word2vec(str(tmp_path / "v.txt"), list("abcdefgh"), np.ones((8, 3), np.float32), binary=False)
+    proc = run_py(["-m", "mpidwe.evaluate", str(tmp_path / "v.txt"), "--pip-reference", str(tmp_path / "c.h5"),
+                   "--pip-dim", "2"])
+    assert proc.returncode == 2 and "dimension 3" in proc.stderr and proc.stderr.count("error") == 1

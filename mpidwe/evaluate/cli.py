@@ -64,6 +64,14 @@ def score_pip(cfg: EvaluateConfig, comm: Comm, words: list[str], vectors: np.nda
     """PIP loss of the vectors against the corpus's SPPMI reference, on the reference's
     words (the ``pip_top_n`` most frequent) that the vectors have, matched exactly."""
     t = time.perf_counter()
+
+    def same_dim():
+        if cfg.pip_dim is not None and cfg.pip_dim != vectors.shape[1]:
+            raise InputError(f"{cfg.vectors} has dimension {vectors.shape[1]} but the PIP reference was "
+                             f"asked for dimension {cfg.pip_dim} (--pip-dim); PIP compares embeddings "
+                             f"of the same dimension here: drop --pip-dim or pass {vectors.shape[1]}")
+
+    comm.agree(same_dim)
     spec = ReferenceSpec(window=cfg.window, negatives=cfg.negative, dim=cfg.pip_dim or vectors.shape[1],
                          top_n=cfg.pip_top_n, alpha=cfg.pip_alpha)
     ref = reference_embedding(cfg.pip_reference, spec, comm, cache=cfg.pip_cache, log=log)

@@ -26,8 +26,8 @@ class EvaluateConfig:
                                     "against the SPPMI embedding of this corpus (computed once, "
                                     "cached beside it in CORPUS.sppmi.h5)")
     pip_top_n: int = opt(30000, "PIP over this many most frequent corpus words")
-    pip_dim: int | None = opt(None, "dimension of the SPPMI reference; none: the vectors' "
-                              "dimension (PIP compares embeddings of any two dimensions)")
+    pip_dim: int | None = opt(None, "dimension of the SPPMI reference; it must equal the vectors' "
+                              "dimension (vectors of another dimension are refused); none: the vectors'")
     pip_alpha: float = opt(0.5, "reference = U_d S_d^alpha of the SPPMI matrix")
     window: int = opt(5, "window radius of the reference co-occurrence counts (use the training --window)")
     negative: int = opt(5, "the reference is max(PMI - log k, 0) with k = this (use the training --negative)")
