@@ -248,6 +248,12 @@ def run_main(prog: str, body, argv=None) -> int:
             return e.exit_code
         print(f"{prog}: error (rank {comm.rank}): {e}", file=sys.stderr, flush=True)
         comm.abort(e.exit_code)
+    except BrokenPipeError:  # output piped into `head`: not an error
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         if comm is not None and comm.size > 1:
