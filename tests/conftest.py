@@ -75,3 +75,16 @@ def tiny_text(tmp_path):
     p = tmp_path / "tiny.txt"
     p.write_text("\n".join(lines) + "\n")
     return p
+
+
+def make_demo_corpus(directory, *, tokens: int, seed: int):
+    """The demo text with its answer key, preprocessed into DIR/corpus.h5; returns DIR."""
+    from mpidwe.comm import Comm
+    from mpidwe.config import PreprocessConfig, SynthConfig
+    from mpidwe.preprocess import run as preprocess
+    from mpidwe.synth import write_demo
+
+    write_demo(SynthConfig(output=str(directory), tokens=tokens, seed=seed))
+    preprocess(PreprocessConfig(inputs=(str(directory / "demo.txt"),), output=str(directory / "corpus.h5")),
+               Comm.serial(), log=None)
+    return directory

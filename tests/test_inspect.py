@@ -7,20 +7,15 @@ import pytest
 
 from mpidwe import checkpoint
 from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, SynthConfig, TrainConfig
-from mpidwe.preprocess import run as preprocess
-from mpidwe.synth import write_demo
+from mpidwe.config import TrainConfig
 from mpidwe.train import run as train
 
-from conftest import run_py
+from conftest import make_demo_corpus, run_py
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("inspect")
-    write_demo(SynthConfig(output=str(d), tokens=200_000, seed=3))
-    preprocess(PreprocessConfig(inputs=(str(d / "demo.txt"),), output=str(d / "corpus.h5")), Comm.serial(),
-               log=None)
+    d = make_demo_corpus(tmp_path_factory.mktemp("inspect"), tokens=200_000, seed=3)
     train(TrainConfig(corpus=str(d / "corpus.h5"), out=str(d / "run"), dim=16, threads=1, progress=False,
                       sync_every=50_000, checkpoint_every=100_000, eval_sim=(str(d / "demo-similarity.tsv"),)),
           Comm.serial(), log=None)

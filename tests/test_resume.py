@@ -12,11 +12,10 @@ import pytest
 
 from mpidwe import checkpoint
 from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, SynthConfig
+from mpidwe.config import PreprocessConfig
 from mpidwe.preprocess import run as preprocess
-from mpidwe.synth import write_demo
 
-from conftest import error_lines, mpi_command, mpi_env, run_mpi
+from conftest import error_lines, make_demo_corpus, mpi_command, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000", "--keep-checkpoints", "100"]
@@ -24,11 +23,7 @@ FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "2000
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("resume")
-    write_demo(SynthConfig(output=str(d), tokens=300_000, seed=2))
-    preprocess(PreprocessConfig(inputs=(str(d / "demo.txt"),), output=str(d / "corpus.h5")), Comm.serial(),
-               log=None)
-    return d / "corpus.h5"
+    return make_demo_corpus(tmp_path_factory.mktemp("resume"), tokens=300_000, seed=2) / "corpus.h5"
 
 
 def final_params(run_dir) -> str:

@@ -6,22 +6,16 @@ import numpy as np
 import pytest
 
 from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, SynthConfig, TrainConfig
-from mpidwe.preprocess import run as preprocess
-from mpidwe.synth import write_demo
+from mpidwe.config import TrainConfig
 from mpidwe.train import run as train
 
-from conftest import ROOT, error_lines, run_mpi
+from conftest import ROOT, error_lines, make_demo_corpus, run_mpi
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """A small demo corpus with its answer key."""
-    d = tmp_path_factory.mktemp("demo")
-    write_demo(SynthConfig(output=str(d), tokens=300_000, seed=5))
-    preprocess(PreprocessConfig(inputs=(str(d / "demo.txt"),), output=str(d / "corpus.h5")), Comm.serial(),
-               log=None)
-    return d
+    return make_demo_corpus(tmp_path_factory.mktemp("demo"), tokens=300_000, seed=5)
 
 
 def small(demo, out, **kw):
