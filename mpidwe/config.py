@@ -226,7 +226,9 @@ class TrainConfig:
     sync: str = opt("sparse", "how ranks combine updates: dense (all-reduce of full deltas), "
                     "sparse (only touched rows), average (model averaging)",
                     choices=["dense", "sparse", "average"])
-    sync_every: int = opt(250_000, "words each rank trains between two syncs")
+    sync_every: int = opt(0, "words each rank trains between two syncs; 0: min(250,000, 20 x the "
+                          "vocabulary size), since longer rounds of summed updates go stale on "
+                          "small vocabularies (docs/sync-modes.md)")
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
     average_rows: str = opt("all", "--sync average (ranks train with P x --lr): divide each row's "
@@ -265,7 +267,8 @@ class TrainConfig:
         _positive("checkpoint_minutes", self.checkpoint_minutes, allow_zero=True)
         _positive("eval_every", self.eval_every, allow_zero=True)
         _positive("eval_restrict_vocab", self.eval_restrict_vocab)
-        for name in ("dim", "window", "negative", "epochs", "sync_every", "block_tokens", "log_every"):
+        _positive("sync_every", self.sync_every, allow_zero=True)
+        for name in ("dim", "window", "negative", "epochs", "block_tokens", "log_every"):
             _positive(name, getattr(self, name))
         for name in ("lr",):
             _positive(name, getattr(self, name))

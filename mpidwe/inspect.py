@@ -104,7 +104,7 @@ def print_summary(s: dict) -> None:
           f"({100 * p['fraction']:.1f}%), lr {p['lr']:.6f}")
     last = s["last_metrics"]
     if last:
-        print(f"last metrics loss {last.get('loss', float('nan')):.4f}  words/s {last.get('words_per_s', 0):,.0f}"
+        print(f"last metrics loss {last.get('loss', float('nan')):.4f}  words/s {last.get('words_per_s_run', 0):,.0f} (run average)"
               + ("  eval " + json.dumps(last["eval"], sort_keys=True) if last.get("eval") else ""))
     print(f"history      {s['metrics_records']} metrics records")
 

@@ -62,6 +62,12 @@ def count_rounds(shard_tokens: list[int], epochs: int, sync_every: int) -> int:
     return max(1, math.ceil(max(shard_tokens) * epochs / sync_every))
 
 
+def auto_sync_every(vocab_size: int) -> int:
+    """Default words per rank between syncs: short enough that summed updates of frequent
+    rows do not go stale on a small vocabulary (measured in docs/sync-modes.md)."""
+    return int(min(250_000, max(10_000, 20 * vocab_size)))
+
+
 def round_targets(local_total: int, rounds: int) -> np.ndarray:
     """Cumulative local words at the end of each round (the last is ``local_total``)."""
     return (np.arange(1, rounds + 1, dtype=np.int64) * local_total) // rounds
@@ -369,12 +375,14 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     words = corpus.words
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
-    rounds = count_rounds(shard_sizes, cfg.epochs, cfg.sync_every)
+    sync_every = cfg.sync_every or auto_sync_every(len(words))
+    rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
     targets = round_targets(shard.n_tokens * cfg.epochs, rounds)
     words_total = corpus.n_tokens * cfg.epochs
     ckpt_dir = os.path.join(cfg.out, "checkpoints")
 
     resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
+                    sync_every=sync_every,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=len(words), mpi=comm.mpi_library, version=__version__)
     resumed = _load_resume(cfg, resolved, comm, corpus, log)
@@ -451,6 +459,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     window_loss = np.zeros(2)            # loss sum, examples since the last log line
     compute_s = 0.0
     words_at_start = global_words
+    last_log = (global_words, 0.0)         # words and seconds at the last metrics line
     ckpt_path, stopped = None, False
     try:
         for rnd in range(start_round, rounds):
@@ -491,7 +500,9 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
                         "epoch": global_words / max(corpus.n_tokens, 1),
                         "loss": window_loss[0] / max(window_loss[1], 1),
                         "lr": learning_rate(cfg, global_words, words_total),
-                        "words_per_s": (global_words - words_at_start) / max(elapsed, 1e-9),
+                        # since the last line (what the machine does now) and since the start
+                        "words_per_s": (global_words - last_log[0]) / max(elapsed - last_log[1], 1e-9),
+                        "words_per_s_run": (global_words - words_at_start) / max(elapsed, 1e-9),
                         "seconds": elapsed, "sync": cfg.sync,
                         "comm_bytes": [int(b) for b, _, _ in per_rank],
                         "comm_seconds": [round(s, 4) for _, s, _ in per_rank],
@@ -500,6 +511,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
                     if cfg.eval_every and (global_words - last_eval_words >= cfg.eval_every) or last:
                         record["eval"] = evaluator(w_in)
                         last_eval_words = global_words
+                    last_log = (global_words, elapsed)
                     metrics.write(record)
                     history.append(record)
                     if bar is not None:
