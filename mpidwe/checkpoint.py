@@ -23,6 +23,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
+from .formats import check_format
 from .fsutil import atomic_path
 
 FORMAT = "mpidwe-checkpoint"
@@ -148,13 +149,7 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
         raise InputError(f"{path} is not a readable HDF5 file (truncated, damaged or not HDF5)") from None
     try:
         with f:
-            fmt = _str(f.attrs.get(A_FORMAT, ""))
-            if fmt != FORMAT:
-                raise InputError(f"{path} is not an mpidwe checkpoint (format attribute is {fmt!r})")
-            version = int(f.attrs.get(A_VERSION, -1))
-            if version != FORMAT_VERSION:
-                raise InputError(f"{path} has checkpoint format version {version}; this mpidwe "
-                                 f"(v{__version__}) reads version {FORMAT_VERSION}")
+            check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint")
             w_in, w_out = f[D_W_IN][:], f[D_W_OUT][:]
             words = [_str(w) for w in f[D_WORDS][:]]
             if verify and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):

@@ -18,8 +18,8 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-from . import __version__
 from .errors import InputError
+from .formats import check_format
 from .fsutil import fsync_path
 from .sharding import sentence_shard
 
@@ -211,15 +211,7 @@ class Corpus:
 
     def _check(self) -> None:
         f, path = self._f, self.path
-        fmt = f.attrs.get(A_FORMAT)
-        if isinstance(fmt, bytes):
-            fmt = fmt.decode()
-        if fmt != FORMAT:
-            raise InputError(f"{path} is not an mpidwe corpus (format attribute is {fmt!r})")
-        version = int(f.attrs.get(A_VERSION, -1))
-        if version != FORMAT_VERSION:
-            raise InputError(f"{path} has corpus format version {version}; "
-                             f"this mpidwe (v{__version__}) reads version {FORMAT_VERSION}")
+        check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "corpus")
         for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES):
             if name not in f:
                 raise InputError(f"{path} is damaged: dataset /{name} is missing")

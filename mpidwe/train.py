@@ -25,6 +25,7 @@ from .config import TrainConfig, parse_command, to_dict
 from . import checkpoint
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
+from .kernels.common import learning_rate as kernel_learning_rate
 from .fsutil import atomic_write
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .sync import Synchronizer
@@ -74,7 +75,8 @@ def round_targets(local_total: int, rounds: int) -> np.ndarray:
 
 
 def learning_rate(cfg: TrainConfig, words_done: int, words_total: int) -> float:
-    return max(cfg.lr * cfg.min_lr_ratio, cfg.lr * (1 - words_done / max(words_total, 1)))
+    """The configured rate at a point of global progress (the kernels' own schedule)."""
+    return kernel_learning_rate(cfg.lr, cfg.lr * cfg.min_lr_ratio, words_done, 1, 0, max(words_total, 1))
 
 
 def resolve_threads(cfg: TrainConfig, comm: Comm) -> int:
@@ -128,14 +130,10 @@ class Backend:
 
     def begin_round(self) -> None:
         if self.arrays is not self.host:
+            import torch
+
             for dev, host in zip(self.arrays, self.host):
-                dev.copy_(self._torch.from_numpy(host))
-
-    @property
-    def _torch(self):
-        import torch
-
-        return torch
+                dev.copy_(torch.from_numpy(host))
 
     def end_round(self) -> None:
         if self.arrays is not self.host:

@@ -1,0 +1,22 @@
+"""The check every mpidwe file reader makes first: the ``format`` and ``format_version``
+root attributes (docs/hdf5-format.md). Pure: takes the attribute mapping, not a file."""
+
+from __future__ import annotations
+
+from . import __version__
+from .errors import InputError
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check_format(attrs, path: str, expected: str, version: int, what: str) -> None:
+    """Refuse a file that is not ``expected`` (naming what it is) or has another version."""
+    fmt = _text(attrs.get("format", ""))
+    if fmt != expected:
+        raise InputError(f"{path} is not an mpidwe {what} (format attribute is {fmt!r})")
+    found = int(attrs.get("format_version", -1))
+    if found != version:
+        raise InputError(f"{path} has {what} format version {found}; this mpidwe "
+                         f"(v{__version__}) reads version {version}")
