@@ -134,8 +134,7 @@ def main() -> int:
     run_mpidwe(os.path.join(warm, "corpus.h5"), os.path.join(warm, "run"), 1, 2, "sparse", 1, a.seed, ["--no-export"])
 
     layouts = [("1x2", 1, 2, "sparse", []), ("2x1-sparse", 2, 1, "sparse", []), ("2x1-dense", 2, 1, "dense", []),
-               ("2x1-average", 2, 1, "average", []),
-               ("2x1-average-touched", 2, 1, "average", ["--average-rows", "touched"]),
+               ("1x1", 1, 1, "sparse", []), ("2x1-average", 2, 1, "average", []),
                ("1x2-per-pair", 1, 2, "sparse", ["--no-shared-negatives"]),
                ("1x2-halfdecay", 1, 2, "sparse", ["--min-lr-ratio", "0.5"])]
     results = {}

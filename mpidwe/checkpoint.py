@@ -68,21 +68,54 @@ class Progress:
 
 
 @dataclass
-class Checkpoint:
+class TrainingState:
+    """Everything a run needs to continue exactly where it stopped, identical on every rank
+    at a sync point: saved, loaded and broadcast as one unit (``header`` + the matrices)."""
+
     w_in: np.ndarray
     w_out: np.ndarray
+    progress: Progress
+    rng_state: np.ndarray          # uint64 [world_size, threads]: every rank's kernel RNG
+    history: list[dict] = field(default_factory=list)   # metrics records so far
+
+    def header(self) -> dict:
+        """The small, picklable part (for a broadcast next to the two matrices)."""
+        return {"progress": self.progress, "rng_state": self.rng_state, "history": self.history}
+
+    @classmethod
+    def from_header(cls, header: dict, w_in: np.ndarray, w_out: np.ndarray) -> "TrainingState":
+        return cls(w_in=w_in, w_out=w_out, **header)
+
+
+@dataclass
+class Checkpoint:
+    state: TrainingState
     words: list[str]
     counts: np.ndarray
     config: dict
     corpus_id: str
     corpus_path: str
-    progress: Progress
-    rng_state: np.ndarray          # uint64 [world_size, threads]
-    metrics: list[dict] = field(default_factory=list)
     path: str = ""
     created: str = ""
     tool_version: str = ""
     complete: bool = False
+
+    # the parts readers use most, without reaching through ``state``
+    @property
+    def w_in(self) -> np.ndarray:
+        return self.state.w_in
+
+    @property
+    def w_out(self) -> np.ndarray:
+        return self.state.w_out
+
+    @property
+    def progress(self) -> Progress:
+        return self.state.progress
+
+    @property
+    def metrics(self) -> list[dict]:
+        return self.state.history
 
 
 def vocab_sha256(words: list[str]) -> str:
@@ -120,7 +153,7 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
         f.create_dataset(D_W_OUT, data=ckpt.w_out)
         f.create_dataset(D_WORDS, data=np.array(ckpt.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
         f.create_dataset(D_COUNTS, data=np.asarray(ckpt.counts, dtype=np.int64))
-        f.create_dataset(D_RNG, data=np.asarray(ckpt.rng_state, dtype=np.uint64))
+        f.create_dataset(D_RNG, data=np.asarray(ckpt.state.rng_state, dtype=np.uint64))
         f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
         f.flush()
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
@@ -157,12 +190,13 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
             if vocab_sha256(words) != _str(f.attrs[A_VOCAB_SHA]):
                 raise InputError(f"{path} is damaged: vocabulary checksum mismatch")
             metrics_raw = f[D_METRICS][()]
+            state = TrainingState(w_in=w_in, w_out=w_out,
+                                  progress=Progress(**json.loads(_str(f.attrs[A_PROGRESS]))),
+                                  rng_state=f[D_RNG][:], history=json.loads(_str(metrics_raw)))
             return Checkpoint(
-                w_in=w_in, w_out=w_out, words=words, counts=f[D_COUNTS][:],
+                state=state, words=words, counts=f[D_COUNTS][:],
                 config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
-                corpus_path=_str(f.attrs[A_CORPUS_PATH]),
-                progress=Progress(**json.loads(_str(f.attrs[A_PROGRESS]))),
-                rng_state=f[D_RNG][:], metrics=json.loads(_str(metrics_raw)), path=path,
+                corpus_path=_str(f.attrs[A_CORPUS_PATH]), path=path,
                 created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
                 complete=bool(f.attrs.get(A_COMPLETE, False)))
     except InputError:

@@ -138,11 +138,10 @@ class Comm:
             return arr
         flat = arr.reshape(-1)
         p, r = self.size, self.rank
-        bounds = np.linspace(0, flat.size, p + 1).astype(np.int64)
+        step_items = max(1, chunk_bytes // flat.itemsize)
+        bounds, n_chunks = ring_plan(flat.size, p, step_items)
         right, left = (r + 1) % p, (r - 1) % p
-        itemsize = flat.itemsize
-        step_items = max(1, chunk_bytes // itemsize)
-        recv = np.empty(min(step_items, int(np.diff(bounds).max(initial=1))), dtype=flat.dtype)
+        recv = np.empty(min(step_items, int(np.diff(bounds).max())), dtype=flat.dtype)
         t = time.perf_counter()
         sent = 0
         for phase in ("reduce_scatter", "allgather"):
@@ -151,16 +150,13 @@ class Comm:
                     send_seg, recv_seg = (r - step) % p, (r - step - 1) % p
                 else:
                     send_seg, recv_seg = (r + 1 - step) % p, (r - step) % p
-                s0, s1 = bounds[send_seg], bounds[send_seg + 1]
-                q0, q1 = bounds[recv_seg], bounds[recv_seg + 1]
-                n_chunks = max(-(-(s1 - s0) // step_items), -(-(q1 - q0) // step_items), 1)
                 for c in range(n_chunks):
-                    a0, a1 = min(s0 + c * step_items, s1), min(s0 + (c + 1) * step_items, s1)
-                    b0, b1 = min(q0 + c * step_items, q1), min(q0 + (c + 1) * step_items, q1)
+                    a0, a1 = _chunk(bounds, send_seg, c, step_items)
+                    b0, b1 = _chunk(bounds, recv_seg, c, step_items)
                     buf = recv[: b1 - b0]
                     self._comm.Sendrecv(flat[a0:a1], dest=right, sendtag=step,
                                         recvbuf=buf, source=left, recvtag=step)
-                    sent += (a1 - a0) * itemsize
+                    sent += (a1 - a0) * flat.itemsize
                     if phase == "reduce_scatter":
                         flat[b0:b1] += buf
                     else:
@@ -214,12 +210,41 @@ class Comm:
                 raise e
         return result
 
+    def on_root(self, fn, *args, broadcast: bool = True, **kwargs):
+        """Run ``fn`` on rank 0 only; a user error there is raised on every rank (as with
+        :meth:`agree`). Returns ``fn``'s result on every rank, pickled over a bcast;
+        ``broadcast=False`` returns it on rank 0 only (None elsewhere), for a result that is
+        big, unpicklable or only needed there."""
+        if self._comm is None:
+            return fn(*args, **kwargs)
+        result = self.agree(fn, *args, **kwargs) if self.is_root else self.agree(lambda: None)
+        return self.bcast(result) if broadcast else result
+
     def abort(self, code: int = EXIT_FAILURE) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         if self._comm is not None and self.size > 1:
             self._comm.Abort(code)
         os._exit(code)
+
+
+def ring_plan(n_items: int, p: int, step_items: int) -> tuple[np.ndarray, int]:
+    """Segment bounds of a ring all-reduce of ``n_items`` over ``p`` ranks, and its number
+    of chunks (of at most ``step_items`` items) per step.
+
+    Segment lengths differ by one, so ranks that counted chunks from their own segments
+    would make different numbers of Sendrecv calls and block each other; the count comes
+    from the longest segment instead, which every rank knows, and a shorter segment sends
+    or receives an empty last chunk."""
+    bounds = np.linspace(0, n_items, p + 1).astype(np.int64)
+    longest = int(np.diff(bounds).max())
+    return bounds, -(-longest // step_items)
+
+
+def _chunk(bounds: np.ndarray, seg: int, c: int, step_items: int) -> tuple[int, int]:
+    """Item range of chunk ``c`` of segment ``seg``; empty past the segment's end."""
+    lo, hi = int(bounds[seg]), int(bounds[seg + 1])
+    return min(lo + c * step_items, hi), min(lo + (c + 1) * step_items, hi)
 
 
 def _launched_by_mpi() -> bool:

@@ -223,17 +223,23 @@ class TrainConfig:
     min_lr_ratio: float = opt(1e-4, "final learning rate as a fraction of --lr")
     epochs: int = opt(1, "passes over the corpus")
     seed: int = opt(1, "random seed (initialisation, subsampling, windows, negatives)")
-    sync: str = opt("sparse", "how ranks combine updates: dense (all-reduce of full deltas), "
-                    "sparse (only touched rows), average (model averaging)",
+    sync: str = opt("sparse", "what travels when ranks combine: sparse (only rows some rank touched), "
+                    "dense (all-reduce of the whole matrices) or average (whole matrices, classic model "
+                    "averaging: every row divided by P); sparse and dense average the rows many ranks "
+                    "touched and keep the full step of rows one rank touched (docs/sync-modes.md)",
                     choices=["dense", "sparse", "average"])
-    sync_every: int = opt(0, "words each rank trains between two syncs; 0: min(250,000, 20 x the "
-                          "vocabulary size), since longer rounds of summed updates go stale on "
-                          "small vocabularies (docs/sync-modes.md)")
+    sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 4 ranks and "
+                          "4 W / P^2 beyond, with W = min(1,000,000, 40 x the vocabulary size), and at "
+                          "least 5,000 (docs/sync-modes.md)")
+    max_local_lr: float = opt(0.2, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
+                              "(linear scaling, capped where one rank's SGNS stays stable), and each synced "
+                              "row is divided by max(s, ranks that touched it)")
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
-    average_rows: str = opt("all", "--sync average (ranks train with P x --lr): divide each row's "
-                            "summed change by all ranks (all: every row moves by one lr-sized step) "
-                            "or by the ranks that touched it (touched)", choices=["touched", "all"])
+    guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
+                                  "this multiple of its best value (0: off)")
+    guard_max_abs: float = opt(100.0, "divergence guard: stop (exit 3) when a synced parameter exceeds "
+                               "this absolute value (trained SGNS values stay below about 10)")
     device: str = opt("auto", "auto (CUDA if present, else CPU), cpu or cuda",
                       choices=["auto", "cpu", "cuda"])
     threads: int = opt(0, "CPU threads per rank; 0: the node's cores divided among its ranks")
@@ -273,6 +279,11 @@ class TrainConfig:
         for name in ("lr",):
             _positive(name, getattr(self, name))
         _check(0 <= self.sample < 1 and math.isfinite(self.sample), f"--sample must be in [0, 1), got {self.sample}")
+        _positive("max_local_lr", self.max_local_lr)
+        _positive("guard_loss_ratio", self.guard_loss_ratio, allow_zero=True)
+        _positive("guard_max_abs", self.guard_max_abs)
+        _check(self.guard_loss_ratio == 0 or self.guard_loss_ratio > 1,
+               f"--guard-loss-ratio must be 0 (off) or > 1, got {self.guard_loss_ratio}")
         _check(0 < self.min_lr_ratio <= 1, f"--min-lr-ratio must be in (0, 1], got {self.min_lr_ratio}")
         _positive("threads", self.threads, allow_zero=True)
         _check(self.dim <= 4096, f"--dim must be <= 4096, got {self.dim}")

@@ -53,6 +53,18 @@ def count_tokens(sources, lo, hi, opts) -> tuple[collections.Counter, ScanStats]
     return counter, stats
 
 
+def merge_counts(gathered) -> tuple[collections.Counter, ScanStats]:
+    """The token counts and scan statistics of all ranks, summed in rank order."""
+    total: collections.Counter = collections.Counter()
+    totals = ScanStats()
+    for c, s in gathered:
+        total.update(c)
+        totals.raw_tokens += s.raw_tokens
+        totals.invalid_utf8 += s.invalid_utf8
+        totals.doc_lines += s.doc_lines
+    return total, totals
+
+
 def write_ids(sources, lo, hi, opts, lookup: dict[bytes, int], part: corpus_io.PartWriter) -> int:
     """Pass 2: this rank's token ids and line starts into its part file. Returns tokens kept."""
     stats = ScanStats()
@@ -103,7 +115,7 @@ def _spool_stdin(out: str) -> str:
 def run(cfg: PreprocessConfig, comm: Comm, *, log=print) -> dict:
     """Preprocess ``cfg.inputs`` into ``cfg.output`` on every rank of ``comm``."""
     t0 = time.perf_counter()
-    comm.agree(_check_output, cfg) if comm.is_root else comm.agree(lambda: None)
+    comm.on_root(_check_output, cfg, broadcast=False)
     spooled = None
     try:
         def plan():
@@ -117,41 +129,29 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print) -> dict:
                 raise InputError("input is empty (0 bytes)")
             return sources, find_boundaries(sources, comm.size)
 
-        sources, bounds = comm.bcast(comm.agree(plan) if comm.is_root else comm.agree(lambda: None))
+        sources, bounds = comm.on_root(plan)
         opts = TextOptions(cfg.normalize, cfg.lowercase, cfg.strip_doc_tags, cfg.block_bytes)
         lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
 
         # pass 1: count
         counter, stats = comm.agree(count_tokens, sources, lo, hi, opts)
         gathered = comm.gather((counter, stats))
-        vocab = None
-        if comm.is_root:
-            total: collections.Counter = collections.Counter()
-            totals = ScanStats()
-            for c, s in gathered:
-                total.update(c)
-                totals.raw_tokens += s.raw_tokens
-                totals.invalid_utf8 += s.invalid_utf8
-                totals.doc_lines += s.doc_lines
-            del gathered
-
-            def fix_vocab():
-                if totals.raw_tokens == 0:
-                    raise InputError("input has no tokens (only blanks, tags or nothing)")
-                words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab)
-                if not words:
-                    raise InputError(f"no word occurs at least --min-count={cfg.min_count} times "
-                                     f"({totals.raw_tokens} tokens, {len(total)} distinct)")
-                return words, counts
-
-            vocab = comm.agree(fix_vocab)
-            raw_types = len(total)
-            del total
-        else:
-            gathered = None
-            comm.agree(lambda: None)
         del counter
-        words, counts = comm.bcast(vocab)
+        total, totals = merge_counts(gathered) if comm.is_root else (None, None)
+        del gathered
+
+        def fix_vocab(total, totals):
+            if totals.raw_tokens == 0:
+                raise InputError("input has no tokens (only blanks, tags or nothing)")
+            words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab)
+            if not words:
+                raise InputError(f"no word occurs at least --min-count={cfg.min_count} times "
+                                 f"({totals.raw_tokens} tokens, {len(total)} distinct)")
+            return words, counts
+
+        words, counts = comm.on_root(fix_vocab, total, totals)
+        raw_types = None if total is None else len(total)  # rank 0's, for its summary
+        del total
         lookup = {w: i for i, w in enumerate(words)}
 
         # pass 2: ids into per-rank part files
@@ -205,7 +205,7 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print) -> dict:
                     "seconds": round(time.perf_counter() - t0, 2),
                 }
 
-            summary = comm.agree(stitch) if comm.is_root else comm.agree(lambda: None)
+            summary = comm.on_root(stitch, broadcast=False)
         finally:
             if os.path.exists(part_path):
                 os.unlink(part_path)

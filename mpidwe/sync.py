@@ -2,95 +2,213 @@
 
 Between two syncs every rank trains its own copy of the parameters from the same starting
 point (``base``, the values at the last sync). A sync turns the ranks' changes
-``delta_r = W_r - base`` into one new ``base`` that every rank then holds bit for bit:
+``delta_r = W_r - base`` into one new ``base`` that every rank then holds bit for bit.
 
-- ``dense``:   base += sum_r delta_r              (all-reduce of the whole matrices)
-- ``sparse``:  the same sum, but only rows some rank touched travel (allgather of row ids
-               and values, added in rank order on every rank)
-- ``average``: base += sum_r delta_r / n           (model averaging, local SGD), with n = the
-               number of ranks that touched the row (``average_rows="touched"``) or all
-               ranks (``"all"``, plain averaging, which divides a rare word's update by P)
+Summing the changes is wrong for the rows many ranks touch: each rank's change was computed
+from the same stale ``base``, so a row that P ranks trained moves P steps' worth at once and
+SGNS diverges from P = 4 on (docs/sync-modes.md has the measurements). mpidwe therefore uses
+one rule, the *scaled mean*:
+
+- every rank trains at ``s x lr`` with ``s = min(P, max_local_lr / lr)`` (linear scaling,
+  capped where local SGNS stays stable);
+- a row touched by ``n`` ranks moves by ``sum_r delta_r / max(s, n)``.
+
+A row only one rank touched therefore moves by exactly one ``lr``-sized step per example,
+as in one process, whatever P is; a row that every rank touched (the frequent words) is the
+mean of the ranks' values, as in model averaging. ``--sync`` chooses what travels:
+
+- ``sparse``:  only rows some rank touched (allgather of row ids and values)
+- ``dense``:   the whole matrices (all-reduce of the deltas, plus the touch counts)
+- ``average``: the whole matrices, classic model averaging: every row divided by P (``s = P``,
+               refused where ``P x lr`` exceeds ``max_local_lr``)
 """
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
+
 import numpy as np
+from numba import njit
 
 from .comm import Comm
+from .errors import ConfigError
 
 MODES = ("dense", "sparse", "average")
 
 
-# ---------------------------------------------------------------- the math (no comm)
-def local_delta(param: np.ndarray, base: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    if rows is None:
-        return param - base
-    return param[rows] - base[rows]
+# ---------------------------------------------------------------- the rule (no comm)
+def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float) -> int:
+    """The factor ``s`` every rank multiplies the learning rate by. ``average`` divides every
+    row by P, so it needs ``s = P`` and is refused where that would train above
+    ``max_local_lr`` (local SGNS diverges there: docs/sync-modes.md)."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown sync mode {mode!r}")
+    if world_size == 1:
+        return 1
+    cap = max(1, int(math.floor(max_local_lr / lr * (1 + 1e-9))))
+    if mode == "average":
+        if world_size > cap:
+            raise ConfigError(
+                f"--sync average trains every rank at P x --lr = {world_size} x {lr:g} = {world_size * lr:g}, "
+                f"above --max-local-lr {max_local_lr:g} where SGNS diverges; use --sync sparse (the default) "
+                f"or --sync dense, which scale by at most {cap} and average the rows many ranks touch, "
+                f"or run at most {cap} ranks")
+        return world_size
+    return min(world_size, cap)
 
 
-def apply_sparse(base: np.ndarray, row_blocks: list[np.ndarray], value_blocks: list[np.ndarray]) -> np.ndarray:
-    """Add every rank's (rows, values) to ``base`` in rank order; returns the union of rows.
-    Rows are unique within a rank, so plain fancy-index adds are exact and ordered."""
-    for rows, values in zip(row_blocks, value_blocks):
-        base[rows] += values
-    if not row_blocks:
-        return np.zeros(0, dtype=np.int64)
-    return np.unique(np.concatenate(row_blocks))
-
-
-def average_divisor(counts: np.ndarray, world_size: int, rows: str) -> np.ndarray:
-    """Per-row divisor for model averaging: ranks that touched the row, or all ranks."""
-    if rows == "all":
+def row_divisors(counts: np.ndarray, scale: int, world_size: int, mode: str) -> np.ndarray:
+    """What each row's summed change is divided by (``counts``: ranks that touched it)."""
+    if mode == "average":
         return np.full(counts.shape, float(world_size), dtype=np.float32)
-    return np.maximum(counts, 1).astype(np.float32)
+    return np.maximum(counts, scale).astype(np.float32)
+
+
+# ---------------------------------------------------------------- array work (numba)
+@njit(cache=True, nogil=True)
+def _gather_delta(param, base, rows, out):
+    """out[i] = param[rows[i]] - base[rows[i]]."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(param.shape[1]):
+            out[i, k] = param[r, k] - base[r, k]
+
+
+@njit(cache=True, nogil=True)
+def _apply_sorted(base, param, rows, values, order, scale):
+    """Add the changes of every row, grouped by row (``order`` sorts ``rows`` stably, so
+    within a row the ranks come in rank order and every rank computes the same sum), divided
+    by max(scale, ranks that sent the row); copy the new rows into ``param``. Returns the
+    largest |value| written (inf for NaN), for the divergence guard."""
+    dim = base.shape[1]
+    acc = np.zeros(dim, dtype=np.float32)
+    biggest = 0.0
+    n = order.shape[0]
+    i = 0
+    while i < n:
+        row = rows[order[i]]
+        j = i
+        acc[:] = 0.0
+        while j < n and rows[order[j]] == row:
+            src = order[j]
+            for k in range(dim):
+                acc[k] += values[src, k]
+            j += 1
+        div = np.float32(max(scale, j - i))
+        for k in range(dim):
+            v = base[row, k] + acc[k] / div
+            base[row, k] = v
+            param[row, k] = v
+            a = abs(v)
+            if a != a:
+                biggest = np.inf
+            elif a > biggest:
+                biggest = a
+        i = j
+    return biggest
+
+
+@njit(cache=True, nogil=True)
+def _apply_dense(base, param, delta, divisors, counts):
+    """base += delta / divisors for rows some rank touched; param = base there."""
+    biggest = 0.0
+    for row in range(base.shape[0]):
+        if counts[row] == 0:
+            continue
+        div = divisors[row]
+        for k in range(base.shape[1]):
+            v = base[row, k] + delta[row, k] / div
+            base[row, k] = v
+            param[row, k] = v
+            a = abs(v)
+            if a != a:
+                biggest = np.inf
+            elif a > biggest:
+                biggest = a
+    return biggest
+
+
+@njit(cache=True, nogil=True)
+def _max_abs_rows(param, mask):
+    """Largest |value| in the rows ``mask`` flags (inf for NaN): the serial guard's probe."""
+    biggest = 0.0
+    for row in range(param.shape[0]):
+        if mask[row] == 0:
+            continue
+        for k in range(param.shape[1]):
+            a = abs(param[row, k])
+            if a != a:
+                return np.inf
+            if a > biggest:
+                biggest = a
+    return biggest
 
 
 # ---------------------------------------------------------------- the driver
+@dataclass
+class SyncStats:
+    """Accumulated over the run on one rank: how many syncs, and their seconds split into
+    communication (inside Comm) and the sync's own array work."""
+
+    syncs: int = 0
+    seconds: float = 0.0
+    comm_seconds: float = 0.0
+    bytes_sent: int = 0
+
+    @property
+    def array_seconds(self) -> float:
+        return max(0.0, self.seconds - self.comm_seconds)
+
+
 class Synchronizer:
     """Keeps ``base`` copies of the parameters and combines ranks at every ``sync``."""
 
-    def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse",
-                 allreduce: str = "mpi", average_rows: str = "touched"):
+    def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse", scale: int = 1,
+                 allreduce: str = "mpi"):
         if mode not in MODES:
             raise ValueError(f"unknown sync mode {mode!r}")
-        self.comm, self.mode, self.allreduce, self.average_rows = comm, mode, allreduce, average_rows
+        self.comm, self.mode, self.scale, self.allreduce = comm, mode, int(scale), allreduce
         self.base = [p.copy() for p in params] if comm.size > 1 else []
-        self.syncs = 0
+        self.stats = SyncStats()
 
-    def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> None:
+    def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> float:
         """Combine every rank's changes since the last sync into ``params`` (in place) and
-        clear the ``touched`` masks. A collective: every rank calls it the same number of times."""
-        self.syncs += 1
-        if self.comm.size > 1:
-            for param, base, mask in zip(params, self.base, touched):
-                getattr(self, "_" + self.mode)(param, base, mask)
-        for mask in touched:
+        clear the ``touched`` masks. A collective: every rank calls it the same number of
+        times. Returns the largest |value| of the rows that changed (inf if any is NaN)."""
+        t, c, b = time.perf_counter(), self.comm.stats.seconds, self.comm.stats.bytes_sent
+        biggest = 0.0
+        for i, (param, mask) in enumerate(zip(params, touched)):
+            if self.comm.size > 1:
+                step = self._sparse if self.mode == "sparse" else self._dense
+                biggest = max(biggest, step(param, self.base[i], mask))
+            else:
+                biggest = max(biggest, _max_abs_rows(param, mask))
             mask[:] = 0
+        s = self.stats
+        s.syncs += 1
+        s.seconds += time.perf_counter() - t
+        s.comm_seconds += self.comm.stats.seconds - c
+        s.bytes_sent += self.comm.stats.bytes_sent - b
+        return float(biggest)
 
-    def _dense(self, param, base, mask):
-        delta = local_delta(param, base)
-        self.comm.allreduce_(delta, self.allreduce)
-        base += delta
-        param[:] = base
-
-    def _sparse(self, param, base, mask):
+    def _sparse(self, param, base, mask) -> float:
         rows = np.flatnonzero(mask).astype(np.int32)
-        values = local_delta(param, base, rows)
-        all_rows, counts = self.comm.allgatherv(rows)
+        values = np.empty((len(rows), param.shape[1]), dtype=param.dtype)
+        _gather_delta(param, base, rows, values)
+        all_rows, _ = self.comm.allgatherv(rows)
         all_values, _ = self.comm.allgatherv(values)
-        splits = np.cumsum(counts)[:-1]
-        union = apply_sparse(base, np.split(all_rows, splits), np.split(all_values, splits))
-        param[union] = base[union]
+        order = np.argsort(all_rows, kind="stable")
+        return _apply_sorted(base, param, all_rows, all_values, order, self.scale)
 
-    def _average(self, param, base, mask):
-        delta = local_delta(param, base)
+    def _dense(self, param, base, mask) -> float:
+        delta = np.subtract(param, base)
         self.comm.allreduce_(delta, self.allreduce)
         counts = mask.astype(np.int32)
-        if self.average_rows == "touched":
-            self.comm.allreduce_(counts, self.allreduce)
-        delta /= average_divisor(counts, self.comm.size, self.average_rows)[:, None]
-        base += delta
-        param[:] = base
+        self.comm.allreduce_(counts, self.allreduce)
+        divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
+        return _apply_dense(base, param, delta, divisors, counts)
 
     # -- state for checkpoints: the base equals the parameters right after a sync
     def reset(self, params: list[np.ndarray]) -> None:

@@ -28,7 +28,8 @@ from .evaluate.vectors import write_word2vec
 from .kernels.common import learning_rate as kernel_learning_rate
 from .fsutil import atomic_write
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
-from .sync import Synchronizer
+from .guard import DivergenceGuard
+from .sync import Synchronizer, lr_scale
 from .vocab import keep_probabilities, negative_table
 
 PROG = "python -m mpidwe.train"
@@ -36,7 +37,7 @@ DEMO_DIR = "demo"
 
 
 class TrainingDiverged(MpidweError):
-    """Loss or parameters became NaN/inf; raised on every rank at once."""
+    """The divergence guard tripped; raised on every rank at once (exit 3)."""
 
     exit_code = EXIT_DIVERGED
     agreed = True
@@ -63,10 +64,24 @@ def count_rounds(shard_tokens: list[int], epochs: int, sync_every: int) -> int:
     return max(1, math.ceil(max(shard_tokens) * epochs / sync_every))
 
 
-def auto_sync_every(vocab_size: int) -> int:
-    """Default words per rank between syncs: short enough that summed updates of frequent
-    rows do not go stale on a small vocabulary (measured in docs/sync-modes.md)."""
-    return int(min(250_000, max(10_000, 20 * vocab_size)))
+# The default sync interval counts the words ALL ranks train between two syncs, because the
+# ranks' copies drift apart with every word trained since the last sync, whoever trained it.
+# Up to 4 ranks that global interval stays fixed (each rank's share shrinks as 1/P); beyond,
+# averaging more copies loses more, so the global interval shrinks as 4/P too and syncs per
+# epoch grow with P (measured on enwiki: docs/sync-modes.md; predicted: docs/scaling.md).
+SYNC_WORDS_MAX = 1_000_000
+SYNC_WORDS_PER_TYPE = 40
+SYNC_FULL_INTERVAL_RANKS = 4
+SYNC_EVERY_MIN = 5_000
+
+
+def auto_sync_every(vocab_size: int, world_size: int = 1) -> int:
+    """Default words per rank between syncs: W / P up to 4 ranks and 4 W / P^2 beyond, with
+    W = min(1M, 40 x V), and at least 5,000 (below that the per-sync overhead dominates)."""
+    p = max(world_size, 1)
+    global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
+    share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
+    return int(max(SYNC_EVERY_MIN, global_words // share))
 
 
 def round_targets(local_total: int, rounds: int) -> np.ndarray:
@@ -317,27 +332,69 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
         raise InputError(f"cannot resume from {ck.path}: it was trained on another corpus "
                          f"({ck.config.get('corpus')}, id {ck.corpus_id[:12]}) than {corpus.path} "
                          f"(id {corpus.corpus_id[:12]})")
+    if ck.progress.world_size != world:
+        raise InputError(f"cannot resume from {ck.path}: it was written by {ck.progress.world_size} "
+                         f"rank(s), this job has {world} (shards and RNG streams are per rank; "
+                         f"rerun with -np {ck.progress.world_size})")
     for key in RESUME_MUST_MATCH:
         old, new = ck.config.get(key), resolved.get(key)
         if old != new:
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
                              f"but the checkpoint has {old!r}")
-    if ck.progress.world_size != world:
-        raise InputError(f"cannot resume from {ck.path}: it was written by {ck.progress.world_size} "
-                         f"rank(s), this job has {world} (shards and RNG streams are per rank; "
-                         f"rerun with -np {ck.progress.world_size})")
 
 
 # options that change what a resumed run would compute; the rest (logging, checkpoint and
-# evaluation cadence, progress bar) may change between runs
+# evaluation cadence, progress bar, guard limits) may change between runs
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio", "epochs",
-                     "seed", "sync", "sync_every", "average_rows", "block_tokens",
+                     "seed", "sync", "sync_every", "max_local_lr", "block_tokens",
                      "kernel", "shared_negatives")
 
 
-def _load_resume(cfg: TrainConfig, resolved: dict, comm: Comm, corpus: Corpus,
-                 log) -> checkpoint.Checkpoint | None:
-    """Rank 0 finds, loads and checks the checkpoint; everything is broadcast."""
+@dataclass(frozen=True)
+class Plan:
+    """What every rank fixes before the first round; all of it but ``shard`` and ``targets``
+    is the same on every rank, so every rank makes the same collectives in the same order."""
+
+    device: str
+    kernel: str
+    threads: int
+    shard: Shard
+    rounds: int
+    targets: np.ndarray        # this rank's cumulative local words at the end of each round
+    words_total: int           # global words of the whole run
+    scale: int                 # every rank trains at scale x lr (mpidwe.sync)
+    resolved: dict             # the configuration as run: config.json and every checkpoint
+
+
+def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
+    device = comm.agree(resolve_device, cfg, comm)
+    kernel = comm.agree(resolve_kernel, cfg, device)
+    scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr)
+    threads = resolve_threads(cfg, comm)
+    shard = corpus.shard(comm.rank, comm.size)
+    shard_sizes = comm.allgather(shard.n_tokens)
+    sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size)
+    rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
+    words_total = corpus.n_tokens * cfg.epochs
+    resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
+                    sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale,
+                    threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
+                    vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__)
+    return Plan(device, kernel, threads, shard, rounds, round_targets(shard.n_tokens * cfg.epochs, rounds),
+                words_total, scale, resolved)
+
+
+def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, vocab_size: int) -> checkpoint.TrainingState:
+    w_in, w_out = init_params(vocab_size, cfg.dim, cfg.seed)
+    rngs = np.stack([rng_seeds(cfg.seed, r, plan.threads) for r in range(comm.size)])
+    progress = checkpoint.Progress(round=0, rounds=plan.rounds, words_done=0, words_total=plan.words_total,
+                                   world_size=comm.size, positions=[0] * comm.size, lr=cfg.lr)
+    return checkpoint.TrainingState(w_in, w_out, progress, rngs, [])
+
+
+def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) -> checkpoint.TrainingState | None:
+    """Rank 0 finds, loads and checks the checkpoint to resume from; every rank receives the
+    training state it holds."""
     def find():
         if not cfg.resume:
             return None
@@ -347,208 +404,262 @@ def _load_resume(cfg: TrainConfig, resolved: dict, comm: Comm, corpus: Corpus,
                 return None
         else:
             ck = checkpoint.load(cfg.resume)
-        _check_resume(resolved, ck, corpus, comm.size)
+        _check_resume(plan.resolved, ck, corpus, comm.size)
+        if log:
+            log(f"resuming from {ck.path}: round {ck.progress.round}/{plan.rounds}, "
+                f"{ck.progress.words_done:,} words done")
         return ck
 
-    ck = comm.agree(find) if comm.is_root else comm.agree(lambda: None)
-    meta = comm.bcast(None if ck is None else (ck.progress, ck.metrics, ck.path, ck.rng_state, ck.complete))
-    if meta is None:
+    ck = comm.on_root(find, broadcast=False)
+    header = comm.bcast(ck.state.header() if comm.is_root and ck is not None else None)
+    if header is None:
         return None
-    if not comm.is_root:
-        v = corpus.n_words
-        ck = checkpoint.Checkpoint(
-            w_in=np.empty((v, cfg.dim), np.float32), w_out=np.empty((v, cfg.dim), np.float32),
-            words=[], counts=np.zeros(0), config={}, corpus_id=corpus.corpus_id, corpus_path=corpus.path,
-            progress=meta[0], rng_state=meta[3], metrics=meta[1], path=meta[2], complete=meta[4])
-    comm.bcast_array_(ck.w_in)
-    comm.bcast_array_(ck.w_out)
-    return ck
+    shape = (corpus.n_words, cfg.dim)
+    w_in = ck.w_in if comm.is_root else np.empty(shape, np.float32)
+    w_out = ck.w_out if comm.is_root else np.empty(shape, np.float32)
+    comm.bcast_array_(w_in)
+    comm.bcast_array_(w_out)
+    return checkpoint.TrainingState.from_header(header, w_in, w_out)
+
+
+def _start_run_dir(cfg: TrainConfig, resolved: dict, resuming: bool, log) -> None:
+    _prepare_run_dir(cfg, resuming)
+    with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(resolved, indent=2, sort_keys=True))
+    if log:
+        log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
+
+
+@dataclass
+class RoundTotals:
+    """One round summed over ranks (one small all-reduce): every rank takes the same
+    decisions from it."""
+
+    words: int
+    loss: float
+    examples: float
+    stop: bool                 # some rank got SIGTERM/SIGUSR1
+    due: bool                  # rank 0's clock says a timed checkpoint is due
+
+    @classmethod
+    def agree(cls, comm: Comm, words: int, loss: float, examples: float, stop: bool, due: bool) -> "RoundTotals":
+        a = np.array([words, loss, examples, float(stop), float(due)], dtype=np.float64)
+        comm.allreduce_(a)
+        return cls(int(a[0]), float(a[1]), float(a[2]), a[3] > 0, a[4] > 0)
 
 
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
-    device = comm.agree(resolve_device, cfg, comm)
-    kernel = comm.agree(resolve_kernel, cfg, device)
-    threads = resolve_threads(cfg, comm)
-    counts = corpus.counts
-    words = corpus.words
-    shard = corpus.shard(comm.rank, comm.size)
-    shard_sizes = comm.allgather(shard.n_tokens)
-    sync_every = cfg.sync_every or auto_sync_every(len(words))
-    rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
-    targets = round_targets(shard.n_tokens * cfg.epochs, rounds)
-    words_total = corpus.n_tokens * cfg.epochs
-    ckpt_dir = os.path.join(cfg.out, "checkpoints")
+    plan = make_plan(cfg, comm, corpus)
+    state = load_state(cfg, plan, comm, corpus, log)
+    resuming = state is not None
+    comm.on_root(_start_run_dir, cfg, plan.resolved, resuming, log)
+    if state is None:
+        state = fresh_state(cfg, plan, comm, corpus.n_words)
+    return Trainer(cfg, comm, corpus, plan, state, log, stop).run()
 
-    resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
-                    sync_every=sync_every,
-                    threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
-                    vocab_size=len(words), mpi=comm.mpi_library, version=__version__)
-    resumed = _load_resume(cfg, resolved, comm, corpus, log)
-    if comm.is_root:
-        comm.agree(_prepare_run_dir, cfg, resumed is not None)
-        with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(resolved, indent=2, sort_keys=True))
-        if log:
-            log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
-    else:
-        comm.agree(lambda: None)
-    if resumed is not None:
-        w_in, w_out = resumed.w_in, resumed.w_out
-        rng_state = np.ascontiguousarray(resumed.rng_state[comm.rank][:threads]).astype(np.uint64)
-        if len(rng_state) < threads:  # more threads than when saved: seed the new ones
-            rng_state = np.concatenate((rng_state, rng_seeds(cfg.seed + 7919, comm.rank, threads)[len(rng_state):]))
-        start_round = resumed.progress.round
-        global_words = resumed.progress.words_done
-        position = resumed.progress.positions[comm.rank]
-        history = list(resumed.metrics)
-        if log:
-            log(f"resuming from {resumed.path}: round {start_round}/{rounds}, {global_words:,} words done")
-    else:
-        w_in, w_out = init_params(len(words), cfg.dim, cfg.seed)
-        rng_state = rng_seeds(cfg.seed, comm.rank, threads)
-        start_round, global_words, position, history = 0, 0, 0, []
 
-    # Model averaging divides every rank's step by the ranks that are averaged, so ranks
-    # train with P x lr (the linear scaling rule) and each averaged step is worth lr again.
-    local_lr = cfg.lr * (comm.size if cfg.sync == "average" else 1)
-    shared_negatives = cfg.shared_negatives and cfg.model == "skipgram"  # CBOW has one target set per window already
-    keep = keep_probabilities(counts, cfg.sample).astype(np.float32)
-    table = negative_table(counts)
-    touched = [np.zeros(len(words), dtype=np.uint8), np.zeros(len(words), dtype=np.uint8)]
-    syncer = Synchronizer(comm, [w_in, w_out], mode=cfg.sync, allreduce=cfg.allreduce,
-                          average_rows=cfg.average_rows)
-    stream = ShardStream(corpus, shard, cfg.epochs, cfg.block_tokens, start=position)
-    backend = Backend(kernel, device, w_in, w_out, touched)
-    metrics = MetricsLog(os.path.join(cfg.out, "metrics.jsonl") if comm.is_root else None)
-    bar = _progress_bar(cfg, words_total, global_words) if comm.is_root else None
-    reference = None
-    if cfg.eval_pip:  # computed once by all ranks (cached beside the corpus), before training
+class Trainer:
+    """The round loop: train a round on every rank, sync, agree on the round, then log,
+    evaluate and checkpoint as due. Owns one :class:`checkpoint.TrainingState`."""
+
+    def __init__(self, cfg: TrainConfig, comm: Comm, corpus: Corpus, plan: Plan,
+                 state: checkpoint.TrainingState, log, stop: StopRequest):
+        self.cfg, self.comm, self.corpus, self.plan, self.state = cfg, comm, corpus, plan, state
+        self.log, self.stop = log, stop
+        self.words = corpus.words
+        v = len(self.words)
+        threads = plan.threads
+        rng = np.ascontiguousarray(state.rng_state[comm.rank][:threads]).astype(np.uint64)
+        if len(rng) < threads:  # more threads than when saved: seed the new ones
+            rng = np.concatenate((rng, rng_seeds(cfg.seed + 7919, comm.rank, threads)[len(rng):]))
+        self.rng = rng
+        self.local_lr = cfg.lr * plan.scale
+        # CBOW has one target set per window already
+        self.shared_negatives = cfg.shared_negatives and cfg.model == "skipgram"
+        self.keep = keep_probabilities(corpus.counts, cfg.sample).astype(np.float32)
+        self.table = negative_table(corpus.counts)
+        self.touched = [np.zeros(v, dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
+        self.syncer = Synchronizer(comm, [state.w_in, state.w_out], mode=cfg.sync, scale=plan.scale,
+                                   allreduce=cfg.allreduce)
+        self.stream = ShardStream(corpus, plan.shard, cfg.epochs, cfg.block_tokens,
+                                  start=state.progress.positions[comm.rank])
+        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched)
+        self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
+        self.evaluator = comm.on_root(Evaluator, cfg, self.words, self._pip_reference(), broadcast=False)
+        self.compute_s = 0.0
+
+    def _pip_reference(self):
+        """Computed once by all ranks (cached beside the corpus), before training."""
+        if not self.cfg.eval_pip:
+            return None
         from .evaluate.sppmi import ReferenceSpec, reference_embedding
 
-        spec = ReferenceSpec(window=cfg.window, negatives=cfg.negative, dim=cfg.dim,
-                             top_n=min(cfg.eval_restrict_vocab, len(words)))
-        reference = reference_embedding(corpus.path, spec, comm, log=log)
-    evaluator = comm.agree(Evaluator, cfg, words, reference) if comm.is_root else comm.agree(lambda: None)
+        c = self.cfg
+        spec = ReferenceSpec(window=c.window, negatives=c.negative, dim=c.dim,
+                             top_n=min(c.eval_restrict_vocab, len(self.words)))
+        return reference_embedding(self.corpus.path, spec, self.comm, log=self.log)
 
-    def save_checkpoint(rnd: int, complete: bool) -> str | None:
-        """Gather every rank's RNG state and position; rank 0 writes; all wait at the end."""
-        gathered = comm.gather((rng_state.copy(), stream.consumed))
-        path = None
-        if comm.is_root:
-            width = max(len(g[0]) for g in gathered)
-            rngs = np.zeros((comm.size, width), dtype=np.uint64)
-            for r, (st, _) in enumerate(gathered):
-                rngs[r, :len(st)] = st
-            ck = checkpoint.Checkpoint(
-                w_in=w_in, w_out=w_out, words=words, counts=counts, config=resolved,
-                corpus_id=corpus.corpus_id, corpus_path=corpus.path,
-                progress=checkpoint.Progress(round=rnd, rounds=rounds, words_done=global_words,
-                                             words_total=words_total, world_size=comm.size,
-                                             positions=[int(g[1]) for g in gathered],
-                                             lr=learning_rate(cfg, global_words, words_total)),
-                rng_state=rngs, metrics=history, complete=complete)
-            path = comm.agree(checkpoint.save, ckpt_dir, ck, keep=cfg.keep_checkpoints)
-        else:
-            comm.agree(lambda: None)
-        return comm.bcast(path)
+    # ---------------------------------------------------------------- one round
+    def train_round(self, rnd: int, bar) -> tuple[int, float, float]:
+        """Train this rank's share of round ``rnd``; returns (words, loss sum, examples)."""
+        cfg, p = self.cfg, self.state.progress
+        words, loss, examples = 0, 0.0, 0.0
+        t = time.perf_counter()
+        self.backend.begin_round()
+        for tokens, starts in self.stream.take(int(self.plan.targets[rnd])):
+            l, n_ex, n_words = self.backend.train(
+                tokens, starts, self.keep, self.table, self.rng, model=cfg.model, window=cfg.window,
+                negative=cfg.negative, lr0=self.local_lr, lr_min=self.local_lr * cfg.min_lr_ratio,
+                words_done=p.words_done + self.comm.size * words, words_scale=self.comm.size,
+                words_total=self.plan.words_total, threads=self.plan.threads,
+                shared_negatives=self.shared_negatives)
+            words += n_words
+            loss += l
+            examples += n_ex
+            if bar is not None:
+                bar.update(n_words * self.comm.size)
+        self.backend.end_round()
+        self.compute_s += time.perf_counter() - t
+        return words, loss, examples
 
-    t_start = time.perf_counter()
-    last_ckpt_words, last_ckpt_time, last_eval_words = global_words, t_start, global_words
-    window_loss = np.zeros(2)            # loss sum, examples since the last log line
-    compute_s = 0.0
-    words_at_start = global_words
-    last_log = (global_words, 0.0)         # words and seconds at the last metrics line
-    ckpt_path, stopped = None, False
-    try:
-        for rnd in range(start_round, rounds):
-            local_in_round = 0
-            round_loss = np.zeros(2)
-            t = time.perf_counter()
-            backend.begin_round()
-            for tokens, starts in stream.take(int(targets[rnd])):
-                loss, n_ex, n_words = backend.train(
-                    tokens, starts, keep, table, rng_state, model=cfg.model, window=cfg.window,
-                    negative=cfg.negative, lr0=local_lr, lr_min=local_lr * cfg.min_lr_ratio,
-                    words_done=global_words + comm.size * local_in_round, words_scale=comm.size,
-                    words_total=words_total, threads=threads, shared_negatives=shared_negatives)
-                local_in_round += n_words
-                round_loss += (loss, n_ex)
-                if bar is not None:
-                    bar.update(n_words * comm.size)
-            backend.end_round()
-            compute_s += time.perf_counter() - t
-            syncer.sync([w_in, w_out], touched)
-            due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
-                           and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)
-            totals = np.array([local_in_round, round_loss[0], round_loss[1], float(stop.requested),
-                               float(due_by_time)], dtype=np.float64)
-            comm.allreduce_(totals)
-            global_words += int(totals[0])
-            window_loss += totals[1:3]
-            if not (np.isfinite(totals[1]) and _finite(w_in) and _finite(w_out)):
-                raise TrainingDiverged(f"training diverged: the loss became {totals[1]} in round "
-                                       f"{rnd + 1} (try a smaller --lr); the last checkpoint is kept")
-            last = rnd == rounds - 1
-            if (rnd + 1) % cfg.log_every == 0 or last or totals[3] > 0:
-                per_rank = comm.gather((comm.stats.bytes_sent, comm.stats.seconds, compute_s))
-                if comm.is_root:
+    def check_divergence(self, rnd: int, totals: RoundTotals, max_abs: float) -> None:
+        """Every rank holds the same synced parameters, so the verdict is the same on every
+        rank; the max of ``max_abs`` over ranks keeps it so even if they drifted."""
+        max_abs = self.comm.allreduce_scalar(max_abs, "max")
+        loss = totals.loss / totals.examples if totals.examples else None
+        why = self.guard.check(loss, max_abs)
+        if why is None:
+            return
+        cfg, p = self.cfg, self.comm.size
+        hint = f"a smaller --lr (now {cfg.lr:g})"
+        if p > 1:
+            hint += (f", a smaller --max-local-lr (ranks train at {self.plan.scale} x --lr) or --sync-every "
+                     f"(now {self.plan.resolved['sync_every']:,} words per rank), or fewer than {p} ranks")
+        raise TrainingDiverged(f"training diverged in round {rnd + 1}/{self.plan.rounds}: {why}; "
+                               f"try {hint}; the last checkpoint is kept")
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> RunResult:
+        cfg, comm, state, plan = self.cfg, self.comm, self.state, self.plan
+        p = state.progress
+        metrics = MetricsLog(os.path.join(cfg.out, "metrics.jsonl") if comm.is_root else None)
+        bar = _progress_bar(cfg, plan.words_total, p.words_done) if comm.is_root else None
+        t_start = time.perf_counter()
+        words_at_start = p.words_done
+        last_ckpt_words, last_ckpt_time, last_eval_words = p.words_done, t_start, p.words_done
+        window = np.zeros(2)                   # loss sum, examples since the last metrics line
+        last_log = (p.words_done, 0.0)         # words and seconds at the last metrics line
+        ckpt_path, stopped = None, False
+        try:
+            for rnd in range(p.round, plan.rounds):
+                words, loss, examples = self.train_round(rnd, bar)
+                max_abs = self.syncer.sync([state.w_in, state.w_out], self.touched)
+                due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
+                               and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)
+                totals = RoundTotals.agree(comm, words, loss, examples, self.stop.requested, due_by_time)
+                self.check_divergence(rnd, totals, max_abs)
+                p.round, p.words_done = rnd + 1, p.words_done + totals.words
+                p.lr = learning_rate(cfg, p.words_done, plan.words_total)
+                window += (totals.loss, totals.examples)
+                last = rnd == plan.rounds - 1
+                if (rnd + 1) % cfg.log_every == 0 or last or totals.stop:
+                    due_eval = bool(cfg.eval_every and p.words_done - last_eval_words >= cfg.eval_every) or last
                     elapsed = time.perf_counter() - t_start
-                    record = {
-                        "step": rnd + 1, "rounds": rounds, "words": global_words,
-                        "epoch": global_words / max(corpus.n_tokens, 1),
-                        "loss": window_loss[0] / max(window_loss[1], 1),
-                        "lr": learning_rate(cfg, global_words, words_total),
-                        # since the last line (what the machine does now) and since the start
-                        "words_per_s": (global_words - last_log[0]) / max(elapsed - last_log[1], 1e-9),
-                        "words_per_s_run": (global_words - words_at_start) / max(elapsed, 1e-9),
-                        "seconds": elapsed, "sync": cfg.sync,
-                        "comm_bytes": [int(b) for b, _, _ in per_rank],
-                        "comm_seconds": [round(s, 4) for _, s, _ in per_rank],
-                        "compute_seconds": [round(c, 4) for _, _, c in per_rank],
-                    }
-                    if cfg.eval_every and (global_words - last_eval_words >= cfg.eval_every) or last:
-                        record["eval"] = evaluator(w_in)
-                        last_eval_words = global_words
-                    last_log = (global_words, elapsed)
-                    metrics.write(record)
-                    history.append(record)
-                    if bar is not None:
-                        bar.n = global_words
-                        bar.set_postfix(_postfix(record), refresh=False)
-                        bar.refresh()
-                window_loss[:] = 0
-            want_ckpt = (last or totals[3] > 0 or totals[4] > 0
-                         or (cfg.checkpoint_every and global_words - last_ckpt_words >= cfg.checkpoint_every))
-            if want_ckpt:
-                ckpt_path = save_checkpoint(rnd + 1, complete=last)
-                last_ckpt_words, last_ckpt_time = global_words, time.perf_counter()
-            if totals[3] > 0 and not last:
-                stopped = True
-                break
-    finally:
-        if bar is not None:
-            bar.close()
-        metrics.close()
-    seconds = time.perf_counter() - t_start
-    if comm.is_root and log:
-        if stopped:
-            log(f"stop requested (SIGTERM/SIGUSR1): wrote {ckpt_path}; resume with --resume auto")
-        else:
-            log(f"trained {global_words - words_at_start:,} words in {seconds:.1f} s "
-                f"({(global_words - words_at_start) / max(seconds, 1e-9):,.0f} words/s, {comm.size} rank(s) "
-                f"x {threads} thread(s), sync {cfg.sync}); checkpoint {ckpt_path}")
-    if comm.is_root and cfg.export and not stopped:
-        write_word2vec(os.path.join(cfg.out, "vectors.txt"), words, w_in, binary=False)
+                    record = self.metrics_record(window, elapsed, last_log, words_at_start, due_eval)
+                    if comm.is_root:
+                        metrics.write(record)
+                        state.history.append(record)
+                        _show(bar, record)
+                    if due_eval:
+                        last_eval_words = p.words_done
+                    last_log = (p.words_done, elapsed)
+                    window[:] = 0
+                if (last or totals.stop or totals.due
+                        or (cfg.checkpoint_every and p.words_done - last_ckpt_words >= cfg.checkpoint_every)):
+                    ckpt_path = self.save_checkpoint(complete=last)
+                    last_ckpt_words, last_ckpt_time = p.words_done, time.perf_counter()
+                if totals.stop and not last:
+                    stopped = True
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+            metrics.close()
+        seconds = time.perf_counter() - t_start
+        self.finish(stopped, ckpt_path, p.words_done - words_at_start, seconds)
+        return RunResult(state.w_in, state.w_out, self.words, state.history, seconds, p.words_done,
+                         stopped, ckpt_path)
+
+    # ---------------------------------------------------------------- log, checkpoint, end
+    def metrics_record(self, window, elapsed: float, last_log, words_at_start: int, due_eval: bool) -> dict | None:
+        """Gather every rank's timings; rank 0 builds the record (others get None)."""
+        s = self.syncer.stats
+        per_rank = self.comm.gather((self.comm.stats.bytes_sent, self.comm.stats.seconds, self.compute_s,
+                                     s.comm_seconds, s.array_seconds, s.bytes_sent))
+        if not self.comm.is_root:
+            return None
+        p, cfg = self.state.progress, self.cfg
+        record = {
+            "step": p.round, "rounds": self.plan.rounds, "words": p.words_done,
+            "epoch": p.words_done / max(self.corpus.n_tokens, 1),
+            "loss": window[0] / max(window[1], 1), "lr": p.lr, "sync": cfg.sync, "lr_scale": self.plan.scale,
+            # since the last line (what the machine does now) and since the start
+            "words_per_s": (p.words_done - last_log[0]) / max(elapsed - last_log[1], 1e-9),
+            "words_per_s_run": (p.words_done - words_at_start) / max(elapsed, 1e-9),
+            "seconds": elapsed, "syncs": s.syncs,
+            "comm_bytes": [int(r[0]) for r in per_rank],
+            "comm_seconds": [round(r[1], 4) for r in per_rank],
+            "compute_seconds": [round(r[2], 4) for r in per_rank],
+            # the syncs' time so far, split into communication and their own array work
+            "sync_comm_seconds": [round(r[3], 4) for r in per_rank],
+            "sync_array_seconds": [round(r[4], 4) for r in per_rank],
+            "sync_bytes": [int(r[5]) for r in per_rank],
+        }
+        if due_eval:
+            record["eval"] = self.evaluator(self.state.w_in)
+        return record
+
+    def save_checkpoint(self, complete: bool) -> str | None:
+        """Gather every rank's RNG state and position into the state; rank 0 writes it."""
+        gathered = self.comm.gather((self.rng.copy(), self.stream.consumed))
+        state = self.state
+        if self.comm.is_root:
+            width = max(len(g[0]) for g in gathered)
+            state.rng_state = np.zeros((self.comm.size, width), dtype=np.uint64)
+            for r, (st, _) in enumerate(gathered):
+                state.rng_state[r, :len(st)] = st
+            state.progress.positions = [int(g[1]) for g in gathered]
+        ck = checkpoint.Checkpoint(state=state, words=self.words, counts=self.corpus.counts,
+                                   config=self.plan.resolved, corpus_id=self.corpus.corpus_id,
+                                   corpus_path=self.corpus.path, complete=complete)
+        return self.comm.on_root(checkpoint.save, os.path.join(self.cfg.out, "checkpoints"), ck,
+                                 keep=self.cfg.keep_checkpoints)
+
+    def finish(self, stopped: bool, ckpt_path: str | None, words: int, seconds: float) -> None:
+        cfg, log, comm = self.cfg, self.log, self.comm
+        if not comm.is_root:
+            return
         if log:
-            log(f"wrote {os.path.join(cfg.out, 'vectors.txt')}")
-            if history and history[-1].get("eval"):
-                log("evaluation: " + json.dumps(history[-1]["eval"], sort_keys=True))
-    return RunResult(w_in, w_out, words, history, seconds, global_words, stopped, ckpt_path)
+            if stopped:
+                log(f"stop requested (SIGTERM/SIGUSR1): wrote {ckpt_path}; resume with --resume auto")
+            else:
+                log(f"trained {words:,} words in {seconds:.1f} s ({words / max(seconds, 1e-9):,.0f} words/s, "
+                    f"{comm.size} rank(s) x {self.plan.threads} thread(s), sync {cfg.sync}, lr x "
+                    f"{self.plan.scale}); checkpoint {ckpt_path}")
+        if cfg.export and not stopped:
+            write_word2vec(os.path.join(cfg.out, "vectors.txt"), self.words, self.state.w_in, binary=False)
+            history = self.state.history
+            if log:
+                log(f"wrote {os.path.join(cfg.out, 'vectors.txt')}")
+                if history and history[-1].get("eval"):
+                    log("evaluation: " + json.dumps(history[-1]["eval"], sort_keys=True))
 
 
-def _finite(a: np.ndarray) -> bool:
-    """NaN/inf anywhere makes the float64 sum non-finite (cheaper than isfinite(a).all())."""
-    return bool(np.isfinite(a.sum(dtype=np.float64)))
+def _show(bar, record: dict) -> None:
+    if bar is not None:
+        bar.n = record["words"]
+        bar.set_postfix(_postfix(record), refresh=False)
+        bar.refresh()
 
 
 def _postfix(record: dict) -> dict:

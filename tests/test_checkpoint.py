@@ -12,13 +12,14 @@ from mpidwe.errors import InputError
 
 def make(round_=1, v=20, d=4):
     rng = np.random.default_rng(round_)
-    return checkpoint.Checkpoint(
+    state = checkpoint.TrainingState(
         w_in=rng.standard_normal((v, d)).astype(np.float32), w_out=rng.standard_normal((v, d)).astype(np.float32),
-        words=[f"w{i}" for i in range(v)], counts=np.arange(v, 0, -1), config={"dim": d, "model": "skipgram"},
-        corpus_id="abc", corpus_path="c.h5",
         progress=checkpoint.Progress(round=round_, rounds=10, words_done=100 * round_, words_total=1000,
                                      world_size=2, positions=[50 * round_, 50 * round_], lr=0.02),
-        rng_state=np.array([[1, 2], [3, 2**63 + 5]], dtype=np.uint64), metrics=[{"step": round_, "loss": 1.5}])
+        rng_state=np.array([[1, 2], [3, 2**63 + 5]], dtype=np.uint64), history=[{"step": round_, "loss": 1.5}])
+    return checkpoint.Checkpoint(
+        state=state, words=[f"w{i}" for i in range(v)], counts=np.arange(v, 0, -1),
+        config={"dim": d, "model": "skipgram"}, corpus_id="abc", corpus_path="c.h5")
 
 
 def test_round_trip(tmp_path):
@@ -27,8 +28,8 @@ def test_round_trip(tmp_path):
     got = checkpoint.load(path)
     assert np.array_equal(got.w_in, ck.w_in) and np.array_equal(got.w_out, ck.w_out)
     assert got.words == ck.words and got.config == ck.config and got.progress == ck.progress
-    assert got.rng_state.dtype == np.uint64 and got.rng_state[1, 1] == 2**63 + 5
-    assert got.metrics == ck.metrics and got.corpus_id == "abc"
+    assert got.state.rng_state.dtype == np.uint64 and got.state.rng_state[1, 1] == 2**63 + 5
+    assert got.state.history == ck.state.history and got.corpus_id == "abc"
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
 
 

@@ -2,36 +2,65 @@ import numpy as np
 import pytest
 
 from mpidwe.comm import Comm
-from mpidwe.sync import Synchronizer, apply_sparse, average_divisor
+from mpidwe.errors import ConfigError
+from mpidwe.sync import Synchronizer, _apply_sorted, lr_scale, row_divisors
 
 from conftest import ROOT, run_mpi
 
 
-def test_apply_sparse_adds_in_rank_order_and_returns_union():
-    base = np.zeros((5, 2), dtype=np.float32)
-    union = apply_sparse(base, [np.array([1, 3]), np.array([3, 4])],
-                         [np.ones((2, 2), np.float32), 2 * np.ones((2, 2), np.float32)])
-    assert union.tolist() == [1, 3, 4]
-    assert base[:, 0].tolist() == [0, 1, 0, 3, 2]
+def test_lr_scale_is_linear_up_to_the_stable_cap():
+    assert [lr_scale("sparse", p, 0.025, 0.2) for p in (1, 2, 4, 8, 16)] == [1, 2, 4, 8, 8]
+    assert lr_scale("sparse", 16, 0.025, 0.1) == 4
+    assert lr_scale("dense", 8, 0.05, 0.1) == 2
+    assert lr_scale("sparse", 8, 0.2, 0.1) == 1          # --lr above the cap: no scaling
+    assert lr_scale("average", 4, 0.025, 0.1) == 4
+    with pytest.raises(ConfigError, match="--sync average trains every rank at P x --lr.*use --sync sparse"):
+        lr_scale("average", 8, 0.025, 0.1)
 
 
-def test_average_divisor():
-    counts = np.array([0, 1, 2, 3])
-    assert average_divisor(counts, 3, "touched").tolist() == [1, 1, 2, 3]
-    assert average_divisor(counts, 3, "all").tolist() == [3, 3, 3, 3]
+def test_row_divisors_average_hot_rows_and_keep_rare_ones_whole():
+    counts = np.array([0, 1, 2, 3, 8])
+    assert row_divisors(counts, 3, 8, "sparse").tolist() == [3, 3, 3, 3, 8]
+    assert row_divisors(counts, 8, 8, "average").tolist() == [8] * 5
 
 
-def test_serial_sync_only_clears_masks():
+def test_apply_sorted_matches_a_dense_reference():
+    rng = np.random.default_rng(3)
+    v, d, p, scale = 30, 5, 4, 2
+    base = rng.standard_normal((v, d)).astype(np.float32)
+    blocks = [np.sort(rng.choice(v, size=rng.integers(1, 20), replace=False)).astype(np.int32) for _ in range(p)]
+    values = [rng.standard_normal((len(b), d)).astype(np.float32) for b in blocks]
+    total = np.zeros((v, d), np.float64)
+    counts = np.zeros(v, int)
+    for b, x in zip(blocks, values):
+        total[b] += x
+        counts[b] += 1
+    expected = base + total / np.maximum(counts, scale)[:, None]
+    rows, vals = np.concatenate(blocks), np.concatenate(values)
+    got, param = base.copy(), np.zeros_like(base)
+    biggest = _apply_sorted(got, param, rows, vals, np.argsort(rows, kind="stable"), scale)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    union = np.unique(rows)
+    assert np.array_equal(param[union], got[union]) and not param[np.setdiff1d(np.arange(v), union)].any()
+    assert biggest == pytest.approx(np.abs(got[union]).max())
+
+
+def test_serial_sync_clears_masks_and_reports_the_largest_value():
     p = [np.ones((3, 2), np.float32)]
-    m = [np.ones(3, np.uint8)]
-    Synchronizer(Comm.serial(), p, mode="dense").sync(p, m)
-    assert p[0].sum() == 6 and m[0].sum() == 0
+    p[0][2, 1] = -7
+    m = [np.array([0, 1, 1], np.uint8)]
+    s = Synchronizer(Comm.serial(), p, mode="dense")
+    assert s.sync(p, m) == 7.0
+    assert p[0].sum() == -2 and m[0].sum() == 0 and s.stats.syncs == 1
+    p[0][1, 0] = np.nan
+    m[0][1] = 1
+    assert s.sync(p, m) == np.inf
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_sync_modes_under_mpi(ranks):
-    """dense == sparse == ring for the same updates, average divides as documented, and
-    every rank ends bit-identical (tests/mpi/check_sync.py)."""
+    """dense == sparse == ring for the same updates, rows divided as documented, and every
+    rank ends bit-identical (tests/mpi/check_sync.py)."""
     proc = run_mpi(ranks, ["tests/mpi/check_sync.py"], cwd=str(ROOT))
     assert f"sync ok {ranks}" in proc.stdout

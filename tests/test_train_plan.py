@@ -61,3 +61,13 @@ def test_shard_stream_cuts_rounds_at_sentence_boundaries(tmp_path):
         assert all(e % c.n_tokens in sentences or e == 2 * c.n_tokens for e in ends)
         whole = c.read_tokens(0, c.n_tokens)
         assert np.array_equal(np.concatenate(got), np.concatenate([whole, whole]))
+
+
+def test_default_sync_interval_is_global_and_shrinks_beyond_four_ranks():
+    from mpidwe.train import auto_sync_every
+
+    enwiki = [auto_sync_every(69_103, p) for p in (1, 2, 4, 8, 16)]
+    assert enwiki == [1_000_000, 500_000, 250_000, 62_500, 15_625]
+    # words all ranks train between two syncs: fixed up to 4 ranks, then 4/P of it
+    assert [p * s for p, s in zip((1, 2, 4, 8), enwiki)] == [1_000_000] * 3 + [500_000]
+    assert auto_sync_every(2_724, 2) == 54_480 and auto_sync_every(2_724, 16) == 5_000

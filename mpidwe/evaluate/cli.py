@@ -38,10 +38,6 @@ def word_index(words: list[str]) -> dict[str, int]:
     return index
 
 
-def _on_root(comm: Comm, fn, *args):
-    return comm.agree(fn, *args) if comm.is_root else comm.agree(lambda: None)
-
-
 def score_tests(cfg: EvaluateConfig, vectors: np.ndarray, index: dict[str, int]) -> dict:
     """Similarity and analogy files (rank 0 only: they are small)."""
     out = {"similarity": [], "analogy": []}
@@ -102,7 +98,7 @@ def run(cfg: EvaluateConfig, comm: Comm, *, log=None) -> dict:
     index = word_index(words)
     results = {"vectors": cfg.vectors, "words": len(words), "dim": int(vectors.shape[1]),
                "similarity": [], "analogy": [], "pip": None}
-    tests = _on_root(comm, score_tests, cfg, vectors, index)
+    tests = comm.on_root(score_tests, cfg, vectors, index, broadcast=False)
     if tests:
         results.update(tests)
     if cfg.pip_reference:

@@ -171,11 +171,6 @@ def factorize(matrix: sp.spmatrix, dim: int, alpha: float = 0.5,
 
 
 # ---------------------------------------------------------------------- the driver
-def _on_root(comm: Comm, fn, *args):
-    """``fn`` on rank 0 only, with its user errors raised on every rank."""
-    return comm.agree(fn, *args) if comm.is_root else comm.agree(lambda: None)
-
-
 def compute_reference(corpus: Corpus, spec: ReferenceSpec, comm: Comm, *,
                       block_tokens: int = 1 << 20, log=None) -> refcache.CachedReference | None:
     """Count on every rank, then PMI and SVD on rank 0 (returns None on the other ranks)."""
@@ -203,7 +198,7 @@ def compute_reference(corpus: Corpus, spec: ReferenceSpec, comm: Comm, *,
                 "seconds": round(time.perf_counter() - t0, 3)}
         return refcache.CachedReference(key, corpus.words[:n], emb, s, info)
 
-    return _on_root(comm, finish)
+    return comm.on_root(finish, broadcast=False)
 
 
 def reference_embedding(corpus_path: str, spec: ReferenceSpec, comm: Comm | None = None, *,
@@ -217,7 +212,7 @@ def reference_embedding(corpus_path: str, spec: ReferenceSpec, comm: Comm | None
         n = comm.agree(spec.check, corpus.n_words)
         key = refcache.ReferenceKey(corpus.corpus_id, spec.window, spec.negatives, spec.dim, n, spec.alpha)
         path = refcache.cache_path(corpus_path)
-        hit = _on_root(comm, refcache.read_reference, path, key) if cache else None
+        hit = comm.on_root(refcache.read_reference, path, key, broadcast=False) if cache else None
         cached = comm.bcast(hit is not None)
         if cached:
             ref = hit

@@ -1,0 +1,127 @@
+"""Quality against the number of ranks, for every sync mode (docs/sync-modes.md).
+
+    python benchmarks/ranks.py demo   [--ranks 1 2 4 8 16] [--modes sparse dense average]
+    python benchmarks/ranks.py enwiki [--ranks 1 2 4 8]
+
+``demo``: the demo corpus (3M tokens, planted answer key; made under --workdir if missing),
+2 epochs, the defaults of ``make demo``. ``enwiki``: ../shared/data/enwiki-extract-100M
+(text8 normalisation, min-count 5), 1 epoch, the hyper-parameters of benchmarks/train.py,
+scored on WS-353 and the Google analogies. Ranks beyond this machine's cores are
+oversubscribed: quality does not depend on it, the seconds do (they are printed but mean
+little there). Every run is a real ``mpiexec -n P python -m mpidwe.train``; a refused
+combination prints its one-line reason instead of a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+from mpidwe.demo import mpi_launch  # noqa: E402
+
+ENWIKI = dict(dim=100, window=5, negative=5, sample=1e-4, lr=0.025)
+
+
+def env() -> dict:
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def prepare(kind: str, workdir: Path) -> tuple[str, list[str], dict]:
+    """The corpus, the train flags and the names of the two headline scores."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    corpus = workdir / f"{kind}.h5"
+    if kind == "demo":
+        demo = workdir / "demo"
+        if not (demo / "demo.txt").exists():
+            subprocess.run([sys.executable, "-m", "mpidwe.synth", "--output", str(demo)], check=True, env=env())
+        source, extra_pre = demo / "demo.txt", []
+        flags = ["--epochs", "2", "--eval-sim", str(demo / "demo-similarity.tsv"),
+                 "--eval-analogy", str(demo / "demo-analogies.txt")]
+        names = {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
+    else:
+        source = DATA / "enwiki-extract-100M.txt.gz"
+        extra_pre = ["--normalize", "text8", "--strip-doc-tags", "--min-count", "5"]
+        flags = ["--epochs", "1", "--eval-sim", str(DATA / "wordsim353.tsv"),
+                 "--eval-analogy", str(DATA / "questions-words.txt")]
+        for k, v in ENWIKI.items():
+            flags += [f"--{k}", str(v)]
+        names = {"sim": "sim:wordsim353.tsv", "analogy": "analogy:questions-words.txt"}
+    if not corpus.exists():
+        subprocess.run(mpi_launch(2, ["-m", "mpidwe.preprocess", str(source), "--output", str(corpus), *extra_pre]),
+                       check=True, env=env())
+    return str(corpus), flags, names
+
+
+def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, out: Path, extra: list[str]) -> dict:
+    cmd = mpi_launch(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(out), "--force", "--threads", "1",
+                             "--sync", mode, "--no-progress", "--no-export", *flags, *extra])
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        errors = [ln for ln in proc.stderr.splitlines() if ": error" in ln]
+        return {"ranks": ranks, "mode": mode, "exit": proc.returncode, "error": errors[-1] if errors else proc.stderr[-300:]}
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    cfg = json.loads((out / "config.json").read_text())
+    syncs = max(last["syncs"], 1)
+    return {"ranks": ranks, "mode": mode, "exit": 0, "sim": last["eval"][names["sim"]],
+            "analogy": last["eval"][names["analogy"]], "loss": last["loss"], "lr_scale": cfg["lr_scale"],
+            "sync_every": cfg["sync_every"], "syncs": last["syncs"], "epochs": last["epoch"],
+            "mb_per_sync": max(last["sync_bytes"]) / syncs / 1e6,
+            "sync_comm_s": max(last["sync_comm_seconds"]), "sync_array_s": max(last["sync_array_seconds"]),
+            "train_s": last["seconds"], "wall_s": wall}
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| ranks | sync | lr x | words/rank between syncs | syncs per epoch | MB sent per sync and rank "
+            "| similarity | analogy | final loss | train s | sync s (comm + array) |")
+    lines = [head, "|" + " --- |" * 11]
+    for r in rows:
+        if r["exit"]:
+            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 8)
+            continue
+        lines.append(f"| {r['ranks']} | {r['mode']} | {r['lr_scale']} | {r['sync_every']:,} | "
+                     f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['mb_per_sync']:.2f} | {r['sim']:.3f} | "
+                     f"{100 * r['analogy']:.1f}% | {r['loss']:.3f} | {r['train_s']:.1f} | "
+                     f"{r['sync_comm_s']:.1f} + {r['sync_array_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("corpus", choices=["demo", "enwiki"])
+    p.add_argument("--ranks", type=int, nargs="+", default=None, help="default: 1 2 4 8 16 (demo), 1 2 4 8 (enwiki)")
+    p.add_argument("--modes", nargs="+", default=["sparse", "dense", "average"])
+    p.add_argument("--workdir", default="bench-work/ranks")
+    p.add_argument("--json", default=None, help="also write the rows here")
+    p.add_argument("extra", nargs="*", help="more train flags, after --")
+    a = p.parse_args()
+    ranks = a.ranks or ([1, 2, 4, 8, 16] if a.corpus == "demo" else [1, 2, 4, 8])
+    workdir = Path(a.workdir)
+    corpus, flags, names = prepare(a.corpus, workdir)
+    rows = []
+    for n in ranks:
+        for mode in (a.modes if n > 1 else a.modes[:1]):   # one rank: no sync, modes coincide
+            row = run_one(corpus, flags, names, n, mode, workdir / f"run-{a.corpus}-{n}-{mode}", a.extra)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print(f"\n{a.corpus}: python benchmarks/ranks.py {a.corpus} --ranks {' '.join(map(str, ranks))} "
+          f"--modes {' '.join(a.modes)}\n")
+    print(table(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
