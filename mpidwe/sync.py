@@ -76,6 +76,17 @@ def _gather_delta(param, base, rows, out):
             out[i, k] = param[r, k] - base[r, k]
 
 
+@njit(inline="always")
+def _store(base, param, row, k, v, biggest):
+    """base[row, k] = param[row, k] = v; returns the running max |v| (inf once NaN is seen)."""
+    base[row, k] = v
+    param[row, k] = v
+    a = abs(v)
+    if a != a:
+        return np.inf
+    return a if a > biggest else biggest
+
+
 @njit(cache=True, nogil=True)
 def _apply_sorted(base, param, rows, values, order, scale):
     """Add the changes of every row, grouped by row (``order`` sorts ``rows`` stably, so
@@ -98,14 +109,7 @@ def _apply_sorted(base, param, rows, values, order, scale):
             j += 1
         div = np.float32(max(scale, j - i))
         for k in range(dim):
-            v = base[row, k] + acc[k] / div
-            base[row, k] = v
-            param[row, k] = v
-            a = abs(v)
-            if a != a:
-                biggest = np.inf
-            elif a > biggest:
-                biggest = a
+            biggest = _store(base, param, row, k, base[row, k] + acc[k] / div, biggest)
         i = j
     return biggest
 
@@ -119,14 +123,7 @@ def _apply_dense(base, param, delta, divisors, counts):
             continue
         div = divisors[row]
         for k in range(base.shape[1]):
-            v = base[row, k] + delta[row, k] / div
-            base[row, k] = v
-            param[row, k] = v
-            a = abs(v)
-            if a != a:
-                biggest = np.inf
-            elif a > biggest:
-                biggest = a
+            biggest = _store(base, param, row, k, base[row, k] + delta[row, k] / div, biggest)
     return biggest
 
 

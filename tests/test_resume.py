@@ -37,9 +37,10 @@ def train(ranks, corpus, out, *extra, check=True, timeout=180):
                    check=check, timeout=timeout)
 
 
-def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks):
     full = tmp_path / "full"
-    train(2, corpus, full, "--epochs", "2", "--checkpoint-every", "100000")
+    train(ranks, corpus, full, "--epochs", "2", "--checkpoint-every", "100000")
     cks = checkpoint.list_checkpoints(str(full / "checkpoints"))
     assert len(cks) >= 4
     # the same run, stopped after its second checkpoint: later checkpoints never happened
@@ -49,7 +50,7 @@ def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
         os.unlink(p)
     mid = checkpoint.load(checkpoint.list_checkpoints(str(part / "checkpoints"))[-1])
     assert not mid.complete and 0 < mid.progress.words_done < mid.progress.words_total
-    proc = train(2, corpus, part, "--epochs", "2", "--checkpoint-every", "100000", "--resume", "auto")
+    proc = train(ranks, corpus, part, "--epochs", "2", "--checkpoint-every", "100000", "--resume", "auto")
     assert "resuming from" in proc.stdout
     assert final_params(part) == final_params(full)
     # the metrics history continues where it stopped
