@@ -181,6 +181,18 @@ class Comm:
         self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t)
         return out, rows
 
+    def allgather_array(self, arr: np.ndarray) -> np.ndarray:
+        """Every rank's equally shaped ``arr``, stacked in rank order: [P, *arr.shape]. With
+        MPICH, Allgather of padded blocks is about 3x faster than Allgatherv of the same
+        bytes (20 MB on 2 ranks: 4.9 ms against 14.9 ms), so callers pad to the longest."""
+        if self._comm is None:
+            return arr[None].copy()
+        t = time.perf_counter()
+        out = np.empty((self.size,) + arr.shape, dtype=arr.dtype)
+        self._comm.Allgather(np.ascontiguousarray(arr), out)
+        self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t)
+        return out
+
     def bcast_array_(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         if self._comm is not None:
             t = time.perf_counter()

@@ -228,8 +228,8 @@ class TrainConfig:
                     "averaging: every row divided by P); sparse and dense average the rows many ranks "
                     "touched and keep the full step of rows one rank touched (docs/sync-modes.md)",
                     choices=["dense", "sparse", "average"])
-    sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 4 ranks and "
-                          "4 W / P^2 beyond, with W = min(1,000,000, 40 x the vocabulary size), and at "
+    sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 2 ranks and "
+                          "2 W / P^2 beyond, with W = min(2,000,000, 80 x the vocabulary size), and at "
                           "least 5,000 (docs/sync-modes.md)")
     max_local_lr: float = opt(0.2, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable), and each synced "

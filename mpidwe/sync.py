@@ -88,29 +88,36 @@ def _store(base, param, row, k, v, biggest):
 
 
 @njit(cache=True, nogil=True)
-def _apply_sorted(base, param, rows, values, order, scale):
-    """Add the changes of every row, grouped by row (``order`` sorts ``rows`` stably, so
-    within a row the ranks come in rank order and every rank computes the same sum), divided
-    by max(scale, ranks that sent the row); copy the new rows into ``param``. Returns the
-    largest |value| written (inf for NaN), for the divergence guard."""
+def _apply_rows(base, param, rows, values, counts, scale, senders):
+    """Add every rank's changed rows to ``base`` (rank r sent ``rows[r, :counts[r]]`` and
+    ``values[r, :counts[r]]``; blocks are padded to the longest), each divided by
+    max(scale, ranks that sent the row), and copy the new rows into ``param``. Every rank
+    adds the same terms in the same order, so all end bit-identical. ``senders`` is an int32
+    [V] scratch that is all zero on entry and on return. Returns the largest |value|
+    written (inf for NaN), for the divergence guard."""
     dim = base.shape[1]
-    acc = np.zeros(dim, dtype=np.float32)
+    # the local values of the rows are no longer needed (their changes were sent): param
+    # holds each row's sum of changes, in rank order, until it gets the new value
+    for r in range(rows.shape[0]):
+        for i in range(counts[r]):
+            row = rows[r, i]
+            if senders[row] == 0:
+                for k in range(dim):
+                    param[row, k] = values[r, i, k]
+            else:
+                for k in range(dim):
+                    param[row, k] += values[r, i, k]
+            senders[row] += 1
     biggest = 0.0
-    n = order.shape[0]
-    i = 0
-    while i < n:
-        row = rows[order[i]]
-        j = i
-        acc[:] = 0.0
-        while j < n and rows[order[j]] == row:
-            src = order[j]
+    for r in range(rows.shape[0]):
+        for i in range(counts[r]):
+            row = rows[r, i]
+            if senders[row] == 0:       # written already (another rank sent it too)
+                continue
+            div = np.float32(max(scale, senders[row]))
+            senders[row] = 0
             for k in range(dim):
-                acc[k] += values[src, k]
-            j += 1
-        div = np.float32(max(scale, j - i))
-        for k in range(dim):
-            biggest = _store(base, param, row, k, base[row, k] + acc[k] / div, biggest)
-        i = j
+                biggest = _store(base, param, row, k, base[row, k] + param[row, k] / div, biggest)
     return biggest
 
 
@@ -168,6 +175,7 @@ class Synchronizer:
             raise ValueError(f"unknown sync mode {mode!r}")
         self.comm, self.mode, self.scale, self.allreduce = comm, mode, int(scale), allreduce
         self.base = [p.copy() for p in params] if comm.size > 1 else []
+        self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
 
     def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> float:
@@ -192,12 +200,16 @@ class Synchronizer:
 
     def _sparse(self, param, base, mask) -> float:
         rows = np.flatnonzero(mask).astype(np.int32)
-        values = np.empty((len(rows), param.shape[1]), dtype=param.dtype)
-        _gather_delta(param, base, rows, values)
-        all_rows, _ = self.comm.allgatherv(rows)
-        all_values, _ = self.comm.allgatherv(values)
-        order = np.argsort(all_rows, kind="stable")
-        return _apply_sorted(base, param, all_rows, all_values, order, self.scale)
+        counts = self.comm.allgather_array(np.array([len(rows)], dtype=np.int64))[:, 0].copy()
+        longest = int(counts.max())
+        send_rows = np.zeros(longest, dtype=np.int32)
+        send_rows[:len(rows)] = rows
+        send_values = np.empty((longest, param.shape[1]), dtype=param.dtype)
+        send_values[len(rows):] = 0                 # padding: never read, but sent
+        _gather_delta(param, base, rows, send_values)
+        all_rows = self.comm.allgather_array(send_rows)
+        all_values = self.comm.allgather_array(send_values)
+        return _apply_rows(base, param, all_rows, all_values, counts, self.scale, self._senders)
 
     def _dense(self, param, base, mask) -> float:
         delta = np.subtract(param, base)

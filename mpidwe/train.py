@@ -66,18 +66,18 @@ def count_rounds(shard_tokens: list[int], epochs: int, sync_every: int) -> int:
 
 # The default sync interval counts the words ALL ranks train between two syncs, because the
 # ranks' copies drift apart with every word trained since the last sync, whoever trained it.
-# Up to 4 ranks that global interval stays fixed (each rank's share shrinks as 1/P); beyond,
-# averaging more copies loses more, so the global interval shrinks as 4/P too and syncs per
-# epoch grow with P (measured on enwiki: docs/sync-modes.md; predicted: docs/scaling.md).
-SYNC_WORDS_MAX = 1_000_000
-SYNC_WORDS_PER_TYPE = 40
-SYNC_FULL_INTERVAL_RANKS = 4
+# Up to 2 ranks that global interval is W (each rank trains W / P); beyond, averaging more
+# copies loses more, so the global interval shrinks as 2/P and syncs per epoch grow with P
+# (measured on enwiki: docs/sync-modes.md; predicted: docs/scaling.md).
+SYNC_WORDS_MAX = 2_000_000
+SYNC_WORDS_PER_TYPE = 80
+SYNC_FULL_INTERVAL_RANKS = 2
 SYNC_EVERY_MIN = 5_000
 
 
 def auto_sync_every(vocab_size: int, world_size: int = 1) -> int:
-    """Default words per rank between syncs: W / P up to 4 ranks and 4 W / P^2 beyond, with
-    W = min(1M, 40 x V), and at least 5,000 (below that the per-sync overhead dominates)."""
+    """Default words per rank between syncs: W / P up to 2 ranks and 2 W / P^2 beyond, with
+    W = min(2M, 80 x V), and at least 5,000 (below that the per-sync overhead dominates)."""
     p = max(world_size, 1)
     global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
     share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)

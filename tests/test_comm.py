@@ -14,6 +14,8 @@ def test_serial_comm_collectives_are_identity():
     assert c.allgather(3) == [3] and c.bcast("x") == "x" and c.gather(1) == [1]
     out, rows = c.allgatherv(a)
     assert rows == [5] and out.tolist() == a.tolist()
+    stacked = c.allgather_array(a)
+    assert stacked.shape == (1, 5) and stacked[0].tolist() == a.tolist()
     with pytest.raises(InputError):
         c.agree(lambda: (_ for _ in ()).throw(InputError("boom")))
 

@@ -67,7 +67,7 @@ def test_default_sync_interval_is_global_and_shrinks_beyond_four_ranks():
     from mpidwe.train import auto_sync_every
 
     enwiki = [auto_sync_every(69_103, p) for p in (1, 2, 4, 8, 16)]
-    assert enwiki == [1_000_000, 500_000, 250_000, 62_500, 15_625]
-    # words all ranks train between two syncs: fixed up to 4 ranks, then 4/P of it
-    assert [p * s for p, s in zip((1, 2, 4, 8), enwiki)] == [1_000_000] * 3 + [500_000]
-    assert auto_sync_every(2_724, 2) == 54_480 and auto_sync_every(2_724, 16) == 5_000
+    assert enwiki == [2_000_000, 1_000_000, 250_000, 62_500, 15_625]
+    # words all ranks train between two syncs: fixed up to 2 ranks, then 2/P of it
+    assert [p * s for p, s in zip((1, 2, 4, 8), enwiki)] == [2_000_000, 2_000_000, 1_000_000, 500_000]
+    assert auto_sync_every(2_724, 2) == 108_960 and auto_sync_every(2_724, 16) == 5_000

@@ -64,6 +64,10 @@ for chunk_bytes in (1, 8, 16, 24, 100, 4 << 20):
     for n in (0, 7, 1000):
         check_floats(n, chunk_bytes, 3)
 
+# allgather_array stacks equally shaped blocks in rank order
+stacked = comm.allgather_array(np.full((3, 2), comm.rank, dtype=np.float32))
+assert stacked.shape == (comm.size, 3, 2) and stacked[:, 0, 0].tolist() == list(range(comm.size))
+
 # allgatherv concatenates in rank order
 mine = np.full((comm.rank + 1, 2), comm.rank, dtype=np.float32)
 out, rows = comm.allgatherv(mine)
