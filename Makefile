@@ -62,8 +62,10 @@ bench: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/preprocess.py
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/train.py --workdir bench-work
 	PATH="$(abspath $(BIN)):$$PATH" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python benchmarks/evaluate.py
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/scaling.py bench-work/run-1x2 \
-		bench-work/run-2x1-dense bench-work/run-2x1-sparse bench-work/run-2x1-average
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/ranks.py demo --workdir bench-work/ranks
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/ranks.py enwiki --workdir bench-work/ranks
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/scaling.py bench-work/ranks/run-enwiki-1-sparse \
+		bench-work/ranks/run-enwiki-2-sparse bench-work/ranks/run-enwiki-2-dense
 
 clean:
 	rm -rf $(DEMO_DIR) bench-work .pytest_cache build *.egg-info
