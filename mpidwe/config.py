@@ -233,7 +233,7 @@ class TrainConfig:
                           "least 5,000 (docs/sync-modes.md)")
     max_local_lr: float = opt(0.2, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable), and each synced "
-                              "row is divided by max(s, ranks that touched it)")
+                              "row is divided by max(s, ranks that touched it / 2)")
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "

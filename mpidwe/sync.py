@@ -11,11 +11,14 @@ one rule, the *scaled mean*:
 
 - every rank trains at ``s x lr`` with ``s = min(P, max_local_lr / lr)`` (linear scaling,
   capped where local SGNS stays stable);
-- a row touched by ``n`` ranks moves by ``sum_r delta_r / max(s, n)``.
+- a row touched by ``n`` ranks moves by ``sum_r delta_r / max(s, n / 2)``.
 
 A row only one rank touched therefore moves by exactly one ``lr``-sized step per example,
-as in one process, whatever P is; a row that every rank touched (the frequent words) is the
-mean of the ranks' values, as in model averaging. ``--sync`` chooses what travels:
+as in one process, whatever P is. Up to ``s`` ranks (8 with the defaults) every row is
+divided by P: a row every rank touched (the frequent words) becomes the mean of the ranks'
+values, as in model averaging. Beyond, a row may move up to twice the mean, as the sum of
+two ranks' changes does (safe: the old summing rule kept quality at 2 ranks); dividing by
+n instead starves the rows many ranks touch. ``--sync`` chooses what travels:
 
 - ``sparse``:  only rows some rank touched (allgather of row ids and values)
 - ``dense``:   the whole matrices (all-reduce of the deltas, plus the touch counts)
@@ -53,17 +56,22 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float) -> int:
             raise ConfigError(
                 f"--sync average trains every rank at P x --lr = {world_size} x {lr:g} = {world_size * lr:g}, "
                 f"above --max-local-lr {max_local_lr:g} where SGNS diverges; use --sync sparse (the default) "
-                f"or --sync dense, which scale by at most {cap} and average the rows many ranks touch, "
+                f"or --sync dense, which scale by at most {cap} and keep the rows many ranks touch near "
+                f"their mean, "
                 f"or run at most {cap} ranks")
         return world_size
     return min(world_size, cap)
+
+
+# How far beyond the ranks' mean a row may move when more than s ranks touched it.
+OVERSHOOT = 2
 
 
 def row_divisors(counts: np.ndarray, scale: int, world_size: int, mode: str) -> np.ndarray:
     """What each row's summed change is divided by (``counts``: ranks that touched it)."""
     if mode == "average":
         return np.full(counts.shape, float(world_size), dtype=np.float32)
-    return np.maximum(counts, scale).astype(np.float32)
+    return np.maximum(counts / OVERSHOOT, scale).astype(np.float32)
 
 
 # ---------------------------------------------------------------- array work (numba)
@@ -91,7 +99,7 @@ def _store(base, param, row, k, v, biggest):
 def _apply_rows(base, param, rows, values, counts, scale, senders):
     """Add every rank's changed rows to ``base`` (rank r sent ``rows[r, :counts[r]]`` and
     ``values[r, :counts[r]]``; blocks are padded to the longest), each divided by
-    max(scale, ranks that sent the row), and copy the new rows into ``param``. Every rank
+    max(scale, ranks that sent it / OVERSHOOT), and copy the new rows into ``param``. Every rank
     adds the same terms in the same order, so all end bit-identical. ``senders`` is an int32
     [V] scratch that is all zero on entry and on return. Returns the largest |value|
     written (inf for NaN), for the divergence guard."""
@@ -114,7 +122,7 @@ def _apply_rows(base, param, rows, values, counts, scale, senders):
             row = rows[r, i]
             if senders[row] == 0:       # written already (another rank sent it too)
                 continue
-            div = np.float32(max(scale, senders[row]))
+            div = np.float32(max(scale, senders[row] / OVERSHOOT))
             senders[row] = 0
             for k in range(dim):
                 biggest = _store(base, param, row, k, base[row, k] + param[row, k] / div, biggest)

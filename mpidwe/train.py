@@ -430,6 +430,9 @@ def _start_run_dir(cfg: TrainConfig, resolved: dict, resuming: bool, log) -> Non
         log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
 
 
+GUARD_MIN_EXAMPLES = 1_000
+
+
 @dataclass
 class RoundTotals:
     """One round summed over ranks (one small all-reduce): every rank takes the same
@@ -527,6 +530,8 @@ class Trainer:
         rank; the max of ``max_abs`` over ranks keeps it so even if they drifted."""
         max_abs = self.comm.allreduce_scalar(max_abs, "max")
         loss = totals.loss / totals.examples if totals.examples else None
+        if loss is not None and math.isfinite(loss) and totals.examples < GUARD_MIN_EXAMPLES:
+            loss = None   # a handful of examples (a shard's tail) says nothing about the trend
         why = self.guard.check(loss, max_abs)
         if why is None:
             return

@@ -18,15 +18,16 @@ def test_lr_scale_is_linear_up_to_the_stable_cap():
         lr_scale("average", 8, 0.025, 0.1)
 
 
-def test_row_divisors_average_hot_rows_and_keep_rare_ones_whole():
-    counts = np.array([0, 1, 2, 3, 8])
-    assert row_divisors(counts, 3, 8, "sparse").tolist() == [3, 3, 3, 3, 8]
-    assert row_divisors(counts, 8, 8, "average").tolist() == [8] * 5
+def test_row_divisors_keep_rare_rows_whole_and_hot_rows_near_the_mean():
+    counts = np.array([0, 1, 2, 3, 8, 16])
+    assert row_divisors(counts, 8, 8, "sparse").tolist() == [8] * 6          # s = P: the mean
+    assert row_divisors(counts, 3, 16, "dense").tolist() == [3, 3, 3, 3, 4, 8]  # at most 2x the mean
+    assert row_divisors(counts, 8, 8, "average").tolist() == [8] * 6
 
 
 def test_apply_rows_matches_a_dense_reference():
     rng = np.random.default_rng(3)
-    v, d, p, scale = 30, 5, 4, 2
+    v, d, p, scale = 30, 5, 6, 2
     base = rng.standard_normal((v, d)).astype(np.float32)
     blocks = [np.sort(rng.choice(v, size=rng.integers(1, 20), replace=False)).astype(np.int32) for _ in range(p)]
     values = [rng.standard_normal((len(b), d)).astype(np.float32) for b in blocks]
@@ -35,7 +36,7 @@ def test_apply_rows_matches_a_dense_reference():
     for b, x in zip(blocks, values):
         total[b] += x
         counts[b] += 1
-    expected = base + total / np.maximum(counts, scale)[:, None]
+    expected = base + total / np.maximum(counts / 2, scale)[:, None]
     longest = max(len(b) for b in blocks)
     rows = np.full((p, longest), -1, np.int32)       # padding is never read
     vals = np.full((p, longest, d), np.nan, np.float32)
