@@ -218,15 +218,20 @@ class ShardStream:
 
 # ------------------------------------------------------------------ outputs
 class MetricsLog:
-    """JSON lines in RUN_DIR/metrics.jsonl, appended and flushed line by line (rank 0)."""
+    """JSON lines in RUN_DIR/metrics.jsonl, appended and flushed line by line (rank 0). The
+    file is opened at the first record, so a run that fails before its first round leaves
+    no metrics behind to make its corrected rerun look like a run in progress."""
 
     def __init__(self, path: str | None):
-        self._fh = open(path, "a", encoding="utf-8") if path else None
+        self._path, self._fh = path, None
 
     def write(self, record: dict) -> None:
-        if self._fh:
-            self._fh.write(json.dumps(record, sort_keys=True) + "\n")
-            self._fh.flush()
+        if self._path is None:
+            return
+        if self._fh is None:
+            self._fh = open(self._path, "a", encoding="utf-8")
+        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        self._fh.flush()
 
     def close(self) -> None:
         if self._fh:
@@ -310,20 +315,39 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
         corpus.close()
 
 
-def _prepare_run_dir(cfg: TrainConfig, resuming: bool) -> None:
-    """Never mix two runs in one RUN_DIR: a fresh start needs an empty one, ``--force``
-    (which clears the old metrics and checkpoints) or ``--resume auto`` (which found none)."""
-    os.makedirs(cfg.out, exist_ok=True)
+def _check_writable(cfg: TrainConfig) -> None:
+    """RUN_DIR and RUN_DIR/checkpoints must be folders this process can write, checked before
+    any training (or the run trains for hours and then cannot save)."""
+    ckpt_dir = os.path.join(cfg.out, "checkpoints")
+    for path in (cfg.out, ckpt_dir):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise InputError(f"--out {cfg.out}: {path} exists and is not a folder")
+    try:
+        os.makedirs(ckpt_dir, exist_ok=True)
+        probe = os.path.join(ckpt_dir, f".write-test-{os.getpid()}")
+        with open(probe, "wb") as fh:
+            fh.write(b"x")
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(f"--out {cfg.out} is not writable: {e.strerror or e}") from None
+
+
+def _old_run(cfg: TrainConfig) -> list[str]:
+    """The files of an earlier run in RUN_DIR: its checkpoints and metrics log."""
     metrics = os.path.join(cfg.out, "metrics.jsonl")
     old = checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints"))
-    if resuming or not (old or os.path.exists(metrics)):
+    return old + ([metrics] if os.path.exists(metrics) else [])
+
+
+def _check_run_dir(cfg: TrainConfig, resuming: bool) -> None:
+    """Never mix two runs in one RUN_DIR: a fresh start needs one without a run in it,
+    ``--force`` (which clears the old metrics and checkpoints) or ``--resume auto`` (which
+    found no checkpoint). Checked, like everything else, before anything is written."""
+    _check_writable(cfg)
+    if resuming or not _old_run(cfg) or cfg.force or cfg.resume == "auto":
         return
-    if not (cfg.force or cfg.resume == "auto"):
-        raise InputError(f"{cfg.out} already holds a run; continue it with --resume auto, start over "
-                         f"with --force, or choose another --out")
-    for path in old + [metrics]:
-        if os.path.exists(path):
-            os.unlink(path)
+    raise InputError(f"{cfg.out} already holds a run; continue it with --resume auto, start over "
+                     f"with --force, or choose another --out")
 
 
 def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, world: int) -> None:
@@ -399,7 +423,14 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) ->
         if not cfg.resume:
             return None
         if cfg.resume == "auto":
-            ck = checkpoint.latest_valid(os.path.join(cfg.out, "checkpoints"), warn=log)
+            ckpt_dir = os.path.join(cfg.out, "checkpoints")
+            ck = checkpoint.latest_valid(ckpt_dir, warn=log)
+            found = checkpoint.list_checkpoints(ckpt_dir)
+            if ck is None and found:
+                # maybe only unreadable for a moment (a network filesystem): never start over
+                raise InputError(f"--resume auto: none of the {len(found)} checkpoint(s) in {ckpt_dir} "
+                                 f"can be read (damaged or unreadable); nothing was deleted; start over "
+                                 f"with --force, or resume from a copy with --resume PATH")
             if ck is None:
                 return None
         else:
@@ -422,8 +453,16 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) ->
     return checkpoint.TrainingState.from_header(header, w_in, w_out)
 
 
-def _start_run_dir(cfg: TrainConfig, resolved: dict, resuming: bool, log) -> None:
-    _prepare_run_dir(cfg, resuming)
+def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None, log) -> None:
+    """``history``: the resumed checkpoint's metrics (None for a fresh start, which first
+    clears what an earlier run left: _check_run_dir allowed it). metrics.jsonl is rewritten
+    from the history, so lines logged after that checkpoint do not appear twice."""
+    if history is None:
+        for path in _old_run(cfg):
+            os.unlink(path)
+    else:
+        with atomic_write(os.path.join(cfg.out, "metrics.jsonl"), "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in history)
     with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
         fh.write(json.dumps(resolved, indent=2, sort_keys=True))
     if log:
@@ -454,11 +493,13 @@ class RoundTotals:
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
     plan = make_plan(cfg, comm, corpus)
     state = load_state(cfg, plan, comm, corpus, log)
-    resuming = state is not None
-    comm.on_root(_start_run_dir, cfg, plan.resolved, resuming, log)
+    history = None if state is None else state.history
+    comm.on_root(_check_run_dir, cfg, state is not None)
     if state is None:
         state = fresh_state(cfg, plan, comm, corpus.n_words)
-    return Trainer(cfg, comm, corpus, plan, state, log, stop).run()
+    trainer = Trainer(cfg, comm, corpus, plan, state, log, stop)   # reads the evaluation files
+    comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
+    return trainer.run()
 
 
 class Trainer:

@@ -1,0 +1,83 @@
+"""What a run directory survives: damaged checkpoints, resumes, failed starts, bad --out."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from mpidwe import checkpoint
+from mpidwe.comm import Comm
+from mpidwe.config import TrainConfig
+from mpidwe.errors import InputError
+from mpidwe.train import run as train
+
+from conftest import make_demo_corpus
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return make_demo_corpus(tmp_path_factory.mktemp("rundir"), tokens=120_000, seed=3)
+
+
+def cfg(demo, out, **kw):
+    base = dict(corpus=str(demo / "corpus.h5"), out=str(out), dim=16, epochs=2, threads=1, progress=False,
+                sync_every=20_000, checkpoint_every=60_000, keep_checkpoints=100, export=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def steps(out):
+    return [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_auto_refuses_when_every_checkpoint_is_damaged_and_deletes_nothing(demo, tmp_path):
+    out = tmp_path / "r"
+    train(cfg(demo, out), Comm.serial(), log=None)
+    cks = checkpoint.list_checkpoints(str(out / "checkpoints"))
+    for p in cks:
+        with open(p, "r+b") as fh:
+            fh.seek(0)
+            fh.write(b"garbage!")
+    before = {p: open(p, "rb").read() for p in cks + [str(out / "metrics.jsonl")]}
+    with pytest.raises(InputError, match=r"none of the \d+ checkpoint\(s\).*nothing was deleted"):
+        train(cfg(demo, out, resume="auto"), Comm.serial(), log=None)
+    assert {p: open(p, "rb").read() for p in before} == before
+
+
+def test_metrics_after_a_resume_hold_every_step_once(demo, tmp_path):
+    full = tmp_path / "full"
+    res = train(cfg(demo, full), Comm.serial(), log=None)
+    rounds = len(res.metrics)
+    # as if the run died after its second checkpoint, having logged every round
+    part = tmp_path / "part"
+    shutil.copytree(full, part)
+    for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
+        os.unlink(p)
+    assert steps(part) == list(range(1, rounds + 1))
+    train(cfg(demo, part, resume="auto"), Comm.serial(), log=None)
+    assert steps(part) == list(range(1, rounds + 1))
+    final = checkpoint.latest_valid(str(part / "checkpoints"))
+    assert [m["step"] for m in final.metrics] == steps(part)
+
+
+def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_rerun(demo, tmp_path):
+    out = tmp_path / "f"
+    with pytest.raises(InputError):
+        train(cfg(demo, out, eval_sim=(str(tmp_path / "missing.tsv"),)), Comm.serial(), log=None)
+    assert not (out / "metrics.jsonl").exists() and not (out / "config.json").exists()
+    train(cfg(demo, out), Comm.serial(), log=None)       # no --force needed
+    assert (out / "metrics.jsonl").exists()
+
+
+def test_an_unusable_out_is_refused_before_training(demo, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(InputError, match="exists and is not a folder"):
+        train(cfg(demo, a_file), Comm.serial(), log=None)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "checkpoints").write_text("not a folder")
+    with pytest.raises(InputError, match="checkpoints exists and is not a folder"):
+        train(cfg(demo, out), Comm.serial(), log=None)
+    assert not (out / "metrics.jsonl").exists()
