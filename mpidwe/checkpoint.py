@@ -27,7 +27,8 @@ from .formats import check_format
 from .fsutil import atomic_path
 
 FORMAT = "mpidwe-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: content_sha256 covers every dataset and attribute
+OLDER_VERSIONS = (1,)       # 1: only the parameters and the vocabulary were checksummed
 
 A_FORMAT = "format"
 A_VERSION = "format_version"
@@ -39,6 +40,7 @@ A_CORPUS_PATH = "corpus_path"
 A_VOCAB_SHA = "vocab_sha256"
 A_PROGRESS = "progress"
 A_CHECKSUM = "params_sha256"
+A_CONTENT = "content_sha256"
 A_COMPLETE = "complete"
 D_W_IN = "params/w_in"
 D_W_OUT = "params/w_out"
@@ -129,6 +131,32 @@ def params_sha256(w_in: np.ndarray, w_out: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def content_sha256(f: h5py.File) -> str:
+    """SHA-256 over every attribute (but itself) and every dataset of an open checkpoint, in
+    name order: a flipped byte anywhere (RNG state, progress, history, counts...) changes it.
+    Computed from the file itself, by the writer after writing and by the reader."""
+    h = hashlib.sha256()
+    for name in sorted(k for k in f.attrs if k != A_CONTENT):
+        value = f.attrs[name]
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        elif isinstance(value, np.generic):
+            value = value.item()       # repr(np.int64(2)) depends on the numpy version; 2 does not
+        h.update(f"{name}={_str(value) if isinstance(value, (str, bytes)) else repr(value)}\n".encode())
+    datasets = []
+    f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+    for name in sorted(datasets):
+        data = f[name][()]
+        h.update(f"{name}:{getattr(data, 'shape', ())}\n".encode())
+        if isinstance(data, np.ndarray) and data.dtype != object:
+            h.update(np.ascontiguousarray(data).tobytes())
+        elif isinstance(data, np.ndarray):
+            h.update("\n".join(_str(x) for x in data.ravel()).encode("utf-8"))
+        else:
+            h.update(_str(data).encode("utf-8"))
+    return h.hexdigest()
+
+
 def checkpoint_name(round_: int) -> str:
     return f"ckpt-{round_:09d}.h5"
 
@@ -156,6 +184,8 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
         f.create_dataset(D_RNG, data=np.asarray(ckpt.state.rng_state, dtype=np.uint64))
         f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
         f.flush()
+        f.attrs[A_CONTENT] = content_sha256(f)
+        f.flush()
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         os.unlink(old)
     return path
@@ -182,7 +212,9 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
         raise InputError(f"{path} is not a readable HDF5 file (truncated, damaged or not HDF5)") from None
     try:
         with f:
-            check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint")
+            version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint", OLDER_VERSIONS)
+            if verify and version >= 2 and content_sha256(f) != _str(f.attrs[A_CONTENT]):
+                raise InputError(f"{path} is damaged: content checksum mismatch")
             w_in, w_out = f[D_W_IN][:], f[D_W_OUT][:]
             words = [_str(w) for w in f[D_WORDS][:]]
             if verify and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):

@@ -11,12 +11,15 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def check_format(attrs, path: str, expected: str, version: int, what: str) -> None:
-    """Refuse a file that is not ``expected`` (naming what it is) or has another version."""
+def check_format(attrs, path: str, expected: str, version: int, what: str,
+                 older: tuple[int, ...] = ()) -> int:
+    """Refuse a file that is not ``expected`` (naming what it is) or has a version other than
+    ``version`` or one of the ``older`` ones this reader still understands; return it."""
     fmt = _text(attrs.get("format", ""))
     if fmt != expected:
         raise InputError(f"{path} is not an mpidwe {what} (format attribute is {fmt!r})")
     found = int(attrs.get("format_version", -1))
-    if found != version:
+    if found != version and found not in older:
         raise InputError(f"{path} has {what} format version {found}; this mpidwe "
                          f"(v{__version__}) reads version {version}")
+    return found

@@ -73,3 +73,33 @@ def test_foreign_and_future_files_refused(tmp_path):
         f.attrs["format_version"] = 7
     with pytest.raises(InputError, match="version 7"):
         checkpoint.load(path)
+
+
+@pytest.mark.parametrize("damage", ["rng", "progress", "metrics", "counts", "config", "complete"])
+def test_every_dataset_and_attribute_is_checksummed(tmp_path, damage):
+    """A change anywhere, not only in the parameters, is refused: a flipped RNG state or
+    progress would otherwise resume silently and break the bit-identical resume."""
+    path = checkpoint.save(str(tmp_path), make())
+    with h5py.File(path, "r+") as f:
+        if damage == "rng":
+            f[checkpoint.D_RNG][0, 0] ^= np.uint64(1)
+        elif damage == "counts":
+            f[checkpoint.D_COUNTS][3] += 1
+        elif damage == "metrics":
+            f[checkpoint.D_METRICS][()] = '[{"step": 9, "loss": 1.5}]'
+        elif damage == "progress":
+            f.attrs[checkpoint.A_PROGRESS] = f.attrs[checkpoint.A_PROGRESS].replace('"round": 1', '"round": 2')
+        elif damage == "config":
+            f.attrs[checkpoint.A_CONFIG] = '{"dim": 4, "model": "cbow"}'
+        else:
+            f.attrs[checkpoint.A_COMPLETE] = True
+    with pytest.raises(InputError, match="content checksum mismatch"):
+        checkpoint.load(path)
+
+
+def test_version_1_checkpoints_still_load(tmp_path):
+    path = checkpoint.save(str(tmp_path), make())
+    with h5py.File(path, "r+") as f:
+        f.attrs[checkpoint.A_VERSION] = 1
+        del f.attrs[checkpoint.A_CONTENT]
+    assert checkpoint.load(path).progress.round == 1
