@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
-from .formats import check_format
+from .formats import check_format, unreadable
 from .fsutil import atomic_path
 
 FORMAT = "mpidwe-checkpoint"
@@ -209,7 +209,7 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
     try:
         f = h5py.File(path, "r", locking=False)
     except OSError:
-        raise InputError(f"{path} is not a readable HDF5 file (truncated, damaged or not HDF5)") from None
+        raise unreadable(path, "checkpoint") from None
     try:
         with f:
             version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint", OLDER_VERSIONS)

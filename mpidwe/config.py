@@ -65,21 +65,59 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: b
         parser.add_argument(_flag(f), dest=f.name, **kwargs)
 
 
+def _optional(tp) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
+def _check_type(f: dataclasses.Field, tp, v, source: str):
+    """``v`` for field ``f`` of declared type ``tp``, checked strictly (a TOML file or a stored
+    configuration bypasses argparse's conversions); int -> float and list -> tuple are the only
+    conversions. A wrong type is a one-line ConfigError naming the flag, the value and ``source``."""
+    name = f.name if f.metadata.get("positional") else _flag(f)
+
+    def bad(what, hint=""):
+        raise ConfigError(f"{name} must be {what}, got {v!r} ({type(v).__name__}) in {source}{hint}")
+
+    if v is None and _optional(tp):
+        return None
+    base = _base_type(tp)
+    if base is bool:
+        if not isinstance(v, bool):
+            bad("true or false")
+    elif base is int:
+        if not isinstance(v, int) or isinstance(v, bool):
+            bad("an integer")
+    elif base is float:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            bad("a number")
+        try:
+            v = float(v)
+        except OverflowError:
+            bad("a number in floating-point range")
+    elif base is str:
+        if not isinstance(v, str):
+            bad("a string")
+    elif typing.get_origin(base) is tuple:
+        item = typing.get_args(base)[0]
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, item) and not isinstance(x, bool) for x in v):
+            what = f"a list of {'strings' if item is str else item.__name__ + 's'}"
+            bad(what, f"; write {f.name} = [{json.dumps(v)}]" if isinstance(v, str) else "")
+        v = tuple(v)
+    choices = f.metadata.get("choices")
+    if choices and v not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(map(str, choices))}, got {v!r} in {source}")
+    return v
+
+
 def from_mapping(cls, values: dict, *, source: str = "options"):
-    """Build ``cls`` from a mapping, refusing unknown keys and converting list -> tuple."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+    """Build ``cls`` from a mapping (command-line values, a TOML file or a stored configuration),
+    refusing unknown keys, values of the wrong type and values outside a field's choices."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(f"unknown option(s) in {source}: {', '.join(unknown)}")
     hints = typing.get_type_hints(cls)
-    clean = {}
-    for k, v in values.items():
-        tp = _base_type(hints[k])
-        if typing.get_origin(tp) is tuple and isinstance(v, list):
-            v = tuple(v)
-        elif tp is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
-        clean[k] = v
+    clean = {k: _check_type(fields[k], hints[k], v, source) for k, v in values.items()}
     try:
         return cls(**clean)
     except TypeError as e:
@@ -207,6 +245,9 @@ def resolve_path(p: str) -> str:
     return str(Path(p).expanduser())
 
 
+MAX_NEGATIVE = 1000
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """``python -m mpidwe.train``: SGNS / CBOW on every rank's shard, combined over MPI."""
@@ -287,5 +328,9 @@ class TrainConfig:
         _check(0 < self.min_lr_ratio <= 1, f"--min-lr-ratio must be in (0, 1], got {self.min_lr_ratio}")
         _positive("threads", self.threads, allow_zero=True)
         _check(self.dim <= 4096, f"--dim must be <= 4096, got {self.dim}")
+        # each example updates 1 + negative output rows; word2vec advises 2-20, and far beyond
+        # a few hundred training crawls for minutes and then diverges
+        _check(self.negative <= MAX_NEGATIVE, f"--negative must be <= {MAX_NEGATIVE}, got {self.negative} "
+               f"(word2vec uses 5-20)")
         _check(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
         _check(bool(self.out), "--out must not be empty")

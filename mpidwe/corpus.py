@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError
-from .formats import check_format
+from .formats import check_format, unreadable
 from .fsutil import fsync_path
 from .sharding import sentence_shard
 
@@ -202,7 +202,8 @@ class Corpus:
         try:
             self._f = h5py.File(path, "r")
         except OSError:
-            raise InputError(f"{path} is not a readable HDF5 file (truncated, damaged or not HDF5)") from None
+            raise unreadable(path, "corpus", "; make one from text with python -m mpidwe.preprocess TEXT "
+                                             "--output CORPUS.h5") from None
         try:
             self._check()
         except Exception:

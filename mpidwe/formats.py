@@ -23,3 +23,19 @@ def check_format(attrs, path: str, expected: str, version: int, what: str,
         raise InputError(f"{path} has {what} format version {found}; this mpidwe "
                          f"(v{__version__}) reads version {version}")
     return found
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def unreadable(path: str, what: str, hint: str = "") -> InputError:
+    """The error for a file h5py could not open: not HDF5 at all (say what to use instead),
+    or HDF5 that is damaged, truncated or held open elsewhere."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(HDF5_SIGNATURE))
+    except OSError as e:
+        return InputError(f"{path} cannot be read: {e.strerror or e}")
+    if head != HDF5_SIGNATURE:
+        return InputError(f"{path} is not an mpidwe {what} (not an HDF5 file){hint}")
+    return InputError(f"{path} is not a readable HDF5 file (truncated, damaged or opened by another program)")

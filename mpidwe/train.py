@@ -434,6 +434,9 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) ->
             if ck is None:
                 return None
         else:
+            if os.path.realpath(cfg.resume) == os.path.realpath(corpus.path):
+                raise InputError(f"--resume {cfg.resume} is the corpus, not a checkpoint (checkpoints are "
+                                 f"RUN_DIR/checkpoints/ckpt-*.h5; --resume auto finds the newest)")
             ck = checkpoint.load(cfg.resume)
         _check_resume(plan.resolved, ck, corpus, comm.size)
         if log:

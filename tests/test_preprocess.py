@@ -239,7 +239,8 @@ def test_reader_refuses_truncated_and_foreign_files(tmp_path):
     with h5py.File(newer, "a") as f:
         f.attrs["format_version"] = 99
     for path, msg in [(trunc, "not a readable HDF5"), (foreign, "not an mpidwe corpus"),
-                      (newer, "format version 99"), (src, "not a readable HDF5")]:
+                      (newer, "format version 99"),
+                      (src, r"not an mpidwe corpus \(not an HDF5 file\); make one from text with python -m mpidwe.preprocess")]:
         with pytest.raises(InputError, match=msg):
             Corpus(str(path))
 

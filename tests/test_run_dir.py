@@ -81,3 +81,16 @@ def test_an_unusable_out_is_refused_before_training(demo, tmp_path):
     with pytest.raises(InputError, match="checkpoints exists and is not a folder"):
         train(cfg(demo, out), Comm.serial(), log=None)
     assert not (out / "metrics.jsonl").exists()
+
+
+def test_resume_from_the_corpus_itself_is_named_as_such(demo, tmp_path):
+    with pytest.raises(InputError, match="is the corpus, not a checkpoint"):
+        train(cfg(demo, tmp_path / "x", resume=str(demo / "corpus.h5")), Comm.serial(), log=None)
+
+
+def test_an_absurd_negative_count_is_refused_up_front(tmp_path):
+    from mpidwe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--negative must be <= 1000, got 100000"):
+        TrainConfig(out=str(tmp_path / "n"), negative=100_000)
+    assert TrainConfig(out=str(tmp_path / "n"), negative=25).negative == 25

@@ -96,7 +96,7 @@ def test_bad_options_fail_fast_on_every_rank(demo, tmp_path):
     not_corpus = tmp_path / "x.h5"
     not_corpus.write_bytes(b"not hdf5 at all")
     for args, msg in [(["--dim", "-3"], "--dim must be > 0"), (["--window", "0"], "--window must be > 0"),
-                      (["--device", "tpu"], "invalid choice"), (["--corpus", str(not_corpus)], "not a readable HDF5"),
+                      (["--device", "tpu"], "invalid choice"), (["--corpus", str(not_corpus)], "not an HDF5 file"),
                       (["--corpus", str(tmp_path / "missing.h5")], "corpus not found")]:
         proc = run_mpi(2, ["-m", "mpidwe.train", "--out", str(tmp_path / "r"), *args], cwd=str(tmp_path),
                        check=False, timeout=60)
