@@ -246,6 +246,7 @@ def resolve_path(p: str) -> str:
 
 
 MAX_NEGATIVE = 1000
+MIN_SYNC_EVERY = 1000
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,10 @@ class TrainConfig:
         _positive("eval_every", self.eval_every, allow_zero=True)
         _positive("eval_restrict_vocab", self.eval_restrict_vocab)
         _positive("sync_every", self.sync_every, allow_zero=True)
+        _check(self.sync_every == 0 or self.sync_every >= MIN_SYNC_EVERY,
+               f"--sync-every must be 0 (automatic) or >= {MIN_SYNC_EVERY:,} words, got {self.sync_every} "
+               f"(each sync is a collective over every rank; shorter rounds are mostly overhead and "
+               f"empty rounds)")
         for name in ("dim", "window", "negative", "epochs", "block_tokens", "log_every"):
             _positive(name, getattr(self, name))
         for name in ("lr",):

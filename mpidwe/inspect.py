@@ -104,7 +104,8 @@ def print_summary(s: dict) -> None:
           f"({100 * p['fraction']:.1f}%), lr {p['lr']:.6f}")
     last = s["last_metrics"]
     if last:
-        print(f"last metrics loss {last.get('loss', float('nan')):.4f}  words/s {last.get('words_per_s_run', 0):,.0f} (run average)"
+        loss = last.get("loss")
+        print(f"last metrics loss {float('nan') if loss is None else loss:.4f}  words/s {last.get('words_per_s_run', 0):,.0f} (run average)"
               + ("  eval " + json.dumps(last["eval"], sort_keys=True) if last.get("eval") else ""))
     print(f"history      {s['metrics_records']} metrics records")
 
@@ -158,7 +159,7 @@ def plot(run_dir: str, out: str) -> str:
     evals = sorted({k for r in records for k, v in (r.get("eval") or {}).items() if isinstance(v, (int, float))})
     panels = 2 + (1 if evals else 0)
     fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
-    axes[0].plot(words, [r["loss"] for r in records])
+    axes[0].plot(words, [float("nan") if r.get("loss") is None else r["loss"] for r in records])
     axes[0].set_ylabel("loss per example")
     axes[1].plot(words, [r["words_per_s"] for r in records])
     axes[1].set_ylabel("words/s")

@@ -456,6 +456,22 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) ->
     return checkpoint.TrainingState.from_header(header, w_in, w_out)
 
 
+def _metrics_until(path: str, history: list[dict]) -> list[str]:
+    """The lines of metrics.jsonl up to the resumed checkpoint's last step: the file's own
+    (the checkpoint may hold a thinned history), or the history where the file is missing,
+    damaged or does not reach that far."""
+    last = history[-1]["step"] if history else 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [ln if ln.endswith("\n") else ln + "\n" for ln in fh if ln.strip()]
+        kept = [ln for ln in lines if json.loads(ln)["step"] <= last]
+        if not history or (kept and json.loads(kept[-1])["step"] == last):
+            return kept
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return [json.dumps(r, sort_keys=True) + "\n" for r in history]
+
+
 def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None, log) -> None:
     """``history``: the resumed checkpoint's metrics (None for a fresh start, which first
     clears what an earlier run left: _check_run_dir allowed it). metrics.jsonl is rewritten
@@ -464,8 +480,9 @@ def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None,
         for path in _old_run(cfg):
             os.unlink(path)
     else:
+        lines = _metrics_until(os.path.join(cfg.out, "metrics.jsonl"), history)
         with atomic_write(os.path.join(cfg.out, "metrics.jsonl"), "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in history)
+            fh.writelines(lines)
     with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
         fh.write(json.dumps(resolved, indent=2, sort_keys=True))
     if log:
@@ -473,6 +490,15 @@ def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None,
 
 
 GUARD_MIN_EXAMPLES = 1_000
+# Metrics records a checkpoint embeds at most (metrics.jsonl keeps every line).
+MAX_HISTORY = 10_000
+
+
+def thin_history(history: list[dict]) -> None:
+    """Keep the checkpoint's history bounded: past MAX_HISTORY records drop every other one
+    (the last is always kept), so the curves keep their shape at half the resolution."""
+    if len(history) > MAX_HISTORY:
+        history[:] = history[:-1:2] + history[-1:]
 
 
 @dataclass
@@ -618,6 +644,7 @@ class Trainer:
                     if comm.is_root:
                         metrics.write(record)
                         state.history.append(record)
+                        thin_history(state.history)
                         _show(bar, record)
                     if due_eval:
                         last_eval_words = p.words_done
@@ -651,7 +678,9 @@ class Trainer:
         record = {
             "step": p.round, "rounds": self.plan.rounds, "words": p.words_done,
             "epoch": p.words_done / max(self.corpus.n_tokens, 1),
-            "loss": window[0] / max(window[1], 1), "lr": p.lr, "sync": cfg.sync, "lr_scale": self.plan.scale,
+            # null when no rank trained an example since the last line (a 0 would read as a fit)
+            "loss": window[0] / window[1] if window[1] else None, "lr": p.lr, "sync": cfg.sync,
+            "lr_scale": self.plan.scale,
             # since the last line (what the machine does now) and since the start
             "words_per_s": (p.words_done - last_log[0]) / max(elapsed - last_log[1], 1e-9),
             "words_per_s_run": (p.words_done - words_at_start) / max(elapsed, 1e-9),
@@ -712,7 +741,7 @@ def _show(bar, record: dict) -> None:
 
 
 def _postfix(record: dict) -> dict:
-    out = {"loss": f"{record['loss']:.4f}", "lr": f"{record['lr']:.5f}"}
+    out = {"loss": "-" if record["loss"] is None else f"{record['loss']:.4f}", "lr": f"{record['lr']:.5f}"}
     for key, value in (record.get("eval") or {}).items():
         if isinstance(value, (int, float)):
             out[key] = f"{value:.3f}"

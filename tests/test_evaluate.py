@@ -84,3 +84,45 @@ def test_google_questions_file_parses():
         pytest.skip("shared data not present")
     sections = read_analogies(str(path))
     assert len(sections) == 14 and sum(len(q) for _, q in sections) == 19544
+
+
+# ------------------------------------------------- nan / inf rows (issue 15, item 8)
+def test_nonfinite_rows_are_out_of_vocabulary_for_analogies():
+    vecs, index = planted_embeddings()
+    vecs[index["noise0"], 3] = np.nan   # a NaN row must not be the nearest neighbour of everything
+    vecs[index["noise1"], :] = np.inf
+    vecs[index["japan"], 0] = -np.inf   # a question using it is not covered, the others still score
+    sections = [("capital-common-countries", [("france", "paris", "italy", "rome"),
+                                              ("spain", "madrid", "peru", "lima"),
+                                              ("spain", "madrid", "japan", "tokyo")])]
+    for method in ("add", "mul"):
+        r = evaluate_analogies(vecs, index, sections, method=method)
+        assert r["covered"] == 2 and r["correct"] == 2 and r["accuracy"] == 1.0, method
+        assert r["sections"]["capital-common-countries"]["accuracy"] == 1.0
+
+
+def test_nonfinite_rows_are_out_of_vocabulary_for_similarity():
+    vecs = np.array([[1, 0], [0.9, 0.1], [0, 1], [-1, 0], [np.nan, 0], [np.inf, 1]], dtype=np.float32)
+    index = {"a": 0, "b": 1, "c": 2, "d": 3, "n": 4, "i": 5}
+    pairs = [("a", "b", 9), ("a", "c", 5), ("a", "d", 0), ("a", "n", 7), ("i", "b", 1)]
+    r = evaluate_similarity(vecs, index, pairs)
+    assert r["covered"] == 3 and r["spearman"] == pytest.approx(1.0)
+
+
+# ------------------------------------------- test files that are not UTF-8 (item 11)
+def test_similarity_file_not_utf8(tmp_path):
+    f = tmp_path / "s.tsv"
+    f.write_bytes("tea\tcoffee\t7\ncafé\tthé\t5\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"s.tsv:2: not UTF-8 text") as e:
+        read_similarity(str(f))
+    assert "\n" not in str(e.value)
+
+
+def test_analogy_file_not_utf8(tmp_path):
+    f = tmp_path / "q.txt"
+    f.write_bytes(b": s\na b c d\n" * 2000 + "é f g h\n".encode("latin-1"))  # past the first read buffer
+    with pytest.raises(InputError, match=r"q.txt:4001: not UTF-8 text"):
+        read_analogies(str(f))
+    f.write_bytes(bytes(range(256)) * 4)  # a binary file
+    with pytest.raises(InputError, match=r"q.txt:\d+: not UTF-8 text"):
+        read_analogies(str(f))

@@ -249,3 +249,57 @@ def test_pip_refuses_vectors_of_another_dimension(tmp_path):
     proc = run_py(["-m", "mpidwe.evaluate", str(tmp_path / "v.txt"), "--pip-reference", str(tmp_path / "c.h5"),
                    "--pip-dim", "2"])
     assert proc.returncode == 2 and "dimension 3" in proc.stderr and proc.stderr.count("error") == 1
+
+
+# ------------------------------------------------- nan / inf rows (issue 15, item 8)
+@pytest.mark.parametrize("binary", [True, False])
+def test_nonfinite_rows_are_skipped_and_reported(planted, capsys, binary):
+    tmp, vec, sim, ana = planted
+    words, vecs = load_vectors(vec)
+    vecs[words.index("noise0")] = np.nan   # would be everybody's nearest neighbour
+    vecs[words.index("noise1"), 2] = np.inf
+    bad = str(tmp / "bad.w2v")
+    write_word2vec(bad, words, vecs, binary=binary)
+    assert np.isnan(load_vectors(bad)[1]).any()  # the reader keeps the rows (and their order)
+    rc, out, err = run_cli(capsys, bad, "--similarity", sim, "--analogy", ana, "--analogy-method", "both",
+                           "--json")
+    assert rc == 0, err
+    (line,) = err.splitlines()
+    assert "warning" in line and bad in line and "2 of 18" in line and "nan or inf" in line
+    r = json.loads(out)
+    assert r["nonfinite_skipped"] == 2
+    for a in r["analogy"]:
+        assert a["covered"] == 3 and a["accuracy"] == 1.0
+    s = r["similarity"][0]
+    assert s["covered"] == 4 and s["spearman"] == pytest.approx(1.0)
+    rc, out, err = run_cli(capsys, bad, "--analogy", ana)
+    assert rc == 0 and "2 with nan or inf skipped" in out and "accuracy 100.00%" in out
+
+
+def test_all_nonfinite_vectors_are_refused(planted, capsys):
+    tmp, _, sim, ana = planted
+    bad = tmp / "nan.txt"
+    write_word2vec(str(bad), ["a", "b", "c"], np.full((3, 4), np.nan, np.float32), binary=False)
+    with pytest.raises(InputError, match="nan or inf"):
+        load_vectors(str(bad))
+    rc, out, err = run_cli(capsys, str(bad), "--similarity", sim, "--analogy", ana)
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [f"python -m mpidwe.evaluate: error: {bad}: all 3 vectors contain nan or inf "
+                                f"(diverged training?): nothing to evaluate"]
+
+
+# ------------------------------------------- test files that are not UTF-8 (item 11)
+def test_test_files_not_utf8_are_one_line_errors(planted, capsys):
+    tmp, vec, sim, _ = planted
+    latin = tmp / "latin1.tsv"
+    latin.write_bytes("café\tthé\t5\n".encode("latin-1"))
+    rc, out, err = run_cli(capsys, vec, "--similarity", str(latin))
+    assert rc == 2 and out == ""
+    (line,) = err.splitlines()
+    assert f"{latin}:1: not UTF-8 text" in line and "similarity" in line
+    binary = tmp / "q.bin"
+    binary.write_bytes(np.random.default_rng(0).bytes(3000))
+    rc, out, err = run_cli(capsys, vec, "--similarity", sim, "--analogy", str(binary))
+    assert rc == 2 and out == ""
+    (line,) = err.splitlines()
+    assert f"{binary}:" in line and "not UTF-8 text" in line and "analogy" in line

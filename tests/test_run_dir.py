@@ -94,3 +94,42 @@ def test_an_absurd_negative_count_is_refused_up_front(tmp_path):
     with pytest.raises(ConfigError, match="--negative must be <= 1000, got 100000"):
         TrainConfig(out=str(tmp_path / "n"), negative=100_000)
     assert TrainConfig(out=str(tmp_path / "n"), negative=25).negative == 25
+
+
+def test_the_checkpoint_history_stays_bounded_and_resume_keeps_the_full_log(demo, tmp_path, monkeypatch):
+    """A tiny interval makes many rounds: the checkpoint embeds a thinned history, while
+    metrics.jsonl keeps every line, also across a resume."""
+    import mpidwe.train as t
+    from mpidwe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--sync-every must be 0 \\(automatic\\) or >= 1,000"):
+        TrainConfig(out=str(tmp_path / "s"), sync_every=1)
+    monkeypatch.setattr(t, "MAX_HISTORY", 8)
+    full = tmp_path / "full"
+    train(cfg(demo, full, sync_every=5_000, checkpoint_every=60_000), Comm.serial(), log=None)
+    rounds = len(steps(full))
+    assert steps(full) == list(range(1, rounds + 1)) and rounds > 16
+    cks = checkpoint.list_checkpoints(str(full / "checkpoints"))
+    last = checkpoint.load(cks[-1])
+    assert len(last.metrics) <= 8 and last.metrics[-1]["step"] == rounds
+    part = tmp_path / "part"
+    shutil.copytree(full, part)
+    for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
+        os.unlink(p)
+    train(cfg(demo, part, sync_every=5_000, checkpoint_every=60_000, resume="auto"), Comm.serial(), log=None)
+    assert steps(part) == list(range(1, rounds + 1))
+
+
+def test_a_round_without_examples_logs_no_loss(demo, tmp_path):
+    """Sentences longer than the interval leave rounds with nothing to train: their loss is
+    null, not 0.0, and the summary and plot still work."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "e"
+    res = train(cfg(demo, out, sync_every=1_000, epochs=1, checkpoint_every=0, block_tokens=1_000),
+                Comm.serial(), log=None)
+    losses = [m["loss"] for m in res.metrics]
+    assert all(x is None or x > 0 for x in losses)
+    proc = subprocess.run([sys.executable, "-m", "mpidwe.inspect", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -6,6 +6,8 @@ import numpy as np
 
 from ..errors import InputError
 from .similarity import unit_rows
+from .textfile import utf8_lines
+from .vectors import nonfinite_rows
 
 SEMANTIC = "semantic"
 SYNTACTIC = "syntactic"
@@ -15,24 +17,19 @@ def read_analogies(path: str) -> list[tuple[str, list[tuple[str, str, str, str]]
     """Google ``questions-words.txt`` format (``: section`` headers, ``a b c d`` lines) or a
     plain file of 4-word lines (one section named after the file)."""
     sections: list[tuple[str, list]] = []
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read analogy file {path}: {e.strerror}") from None
-    with fh:
-        for no, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith(":"):
-                sections.append((line[1:].strip(), []))
-                continue
-            words = line.split()
-            if len(words) != 4:
-                raise InputError(f"{path}:{no}: expected 4 words (a b c d), got {len(words)}")
-            if not sections:
-                sections.append(("all", []))
-            sections[-1][1].append(tuple(words))
+    for no, line in utf8_lines(path, "analogy"):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(":"):
+            sections.append((line[1:].strip(), []))
+            continue
+        words = line.split()
+        if len(words) != 4:
+            raise InputError(f"{path}:{no}: expected 4 words (a b c d), got {len(words)}")
+        if not sections:
+            sections.append(("all", []))
+        sections[-1][1].append(tuple(words))
     if not any(q for _, q in sections):
         raise InputError(f"{path}: no analogy questions found")
     return sections
@@ -48,18 +45,24 @@ def evaluate_analogies(vectors: np.ndarray, index: dict[str, int], sections, *,
 
     The answer is searched among the ``restrict_vocab`` first rows (the most frequent words)
     excluding a, b and c; a question with any word outside them is not covered (as gensim).
-    Words are looked up lowercased."""
+    Words are looked up lowercased. A row that holds a nan or inf is neither a question word
+    (the question is not covered) nor a candidate answer."""
     if method not in ("add", "mul"):
         raise ValueError(f"unknown analogy method {method!r}")
     n = min(restrict_vocab, vectors.shape[0])
-    unit = unit_rows(vectors[:n])
+    bad = nonfinite_rows(vectors[:n])
+    any_bad = bool(bad.any())
+    with np.errstate(invalid="ignore"):  # inf / inf in a row with an inf
+        unit = unit_rows(vectors[:n])    # a new array
+    if any_bad:
+        unit[bad] = 0  # no nan in the products; these columns are excluded below
     questions, names = [], []
     total_q = 0
     for name, qs in sections:
         total_q += len(qs)
         for q in qs:
             ids = [index.get(w.lower()) for w in q]
-            if all(i is not None and i < n for i in ids):
+            if all(i is not None and i < n and not bad[i] for i in ids):
                 questions.append(ids)
                 names.append(name)
     per_section = {name: {"correct": 0, "total": 0, "questions": len(qs)} for name, qs in sections}
@@ -76,6 +79,8 @@ def evaluate_analogies(vectors: np.ndarray, index: dict[str, int], sections, *,
         rows = np.arange(len(a))
         for x in (a, b, c):
             scores[rows, x] = -np.inf
+        if any_bad:
+            scores[:, bad] = -np.inf
         correct[s:s + batch] = scores.argmax(axis=1) == d
     for name, ok in zip(names, correct):
         per_section[name]["total"] += 1

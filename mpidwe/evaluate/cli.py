@@ -24,17 +24,19 @@ from .config import EvaluateConfig
 from .pip import pip_report
 from .similarity import evaluate_similarity, read_similarity
 from .sppmi import ReferenceSpec, reference_embedding
-from .vectors import load_vectors
+from .vectors import load_vectors, nonfinite_rows
 
 PROG = "python -m mpidwe.evaluate"
 MISSING_SHOWN = 10
 
 
-def word_index(words: list[str]) -> dict[str, int]:
-    """Word -> row; a word listed twice keeps its first (more frequent) row."""
+def word_index(words: list[str], skip: np.ndarray | None = None) -> dict[str, int]:
+    """Word -> row; a word listed twice keeps its first (more frequent) row. Rows where
+    ``skip`` is true (those with nan or inf) are left out: their words count as missing."""
     index: dict[str, int] = {}
     for i, w in enumerate(words):
-        index.setdefault(w, i)
+        if skip is None or not skip[i]:
+            index.setdefault(w, i)
     return index
 
 
@@ -94,10 +96,15 @@ def score_pip(cfg: EvaluateConfig, comm: Comm, words: list[str], vectors: np.nda
 
 def run(cfg: EvaluateConfig, comm: Comm, *, log=None) -> dict:
     """All requested evaluations; the full result dict on rank 0 (PIP only elsewhere)."""
-    words, vectors = comm.agree(load_vectors, cfg.vectors)
-    index = word_index(words)
+    words, vectors = comm.agree(load_vectors, cfg.vectors)  # refuses vectors that are all nan/inf
+    bad = nonfinite_rows(vectors)
+    skipped = int(bad.sum())
+    if skipped and log:
+        log(f"warning: {cfg.vectors}: {skipped:,} of {len(words):,} vectors contain nan or inf; "
+            f"their words are skipped (counted as not in the vectors)")
+    index = word_index(words, skip=bad if skipped else None)
     results = {"vectors": cfg.vectors, "words": len(words), "dim": int(vectors.shape[1]),
-               "similarity": [], "analogy": [], "pip": None}
+               "nonfinite_skipped": skipped, "similarity": [], "analogy": [], "pip": None}
     tests = comm.on_root(score_tests, cfg, vectors, index, broadcast=False)
     if tests:
         results.update(tests)
@@ -133,7 +140,9 @@ def _num(x) -> str:
 
 
 def format_report(results: dict) -> str:
-    lines = [f"vectors: {results['vectors']} ({results['words']:,} words, dimension {results['dim']})"]
+    skipped = results.get("nonfinite_skipped")
+    lines = [f"vectors: {results['vectors']} ({results['words']:,} words, dimension {results['dim']}"
+             + (f", {skipped:,} with nan or inf skipped)" if skipped else ")")]
     for r in results["similarity"]:
         name = os.path.basename(r["file"])
         rho = "no pairs covered" if r["spearman"] is None else f"Spearman {r['spearman']:.4f}"

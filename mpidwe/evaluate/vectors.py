@@ -184,10 +184,29 @@ def write_word2vec(path: str, words: list[str], vectors: np.ndarray, *, binary: 
     _atomic_write(path, chunks())
 
 
+def nonfinite_rows(vectors: np.ndarray, block: int = 65536) -> np.ndarray:
+    """Boolean mask of the rows that hold a nan or an inf (tested in blocks of rows, so
+    a large matrix needs no temporary of its own size)."""
+    bad = np.zeros(len(vectors), dtype=bool)
+    for a in range(0, len(vectors), block):
+        bad[a:a + block] = ~np.isfinite(vectors[a:a + block]).all(axis=1)
+    return bad
+
+
+def _usable(path: str, words: list[str], vectors: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Refuse vectors of which every row holds a nan or inf (there is nothing to evaluate);
+    rows with some of them are kept in place, and evaluation treats their words as missing."""
+    if len(vectors) and nonfinite_rows(vectors).all():
+        raise InputError(f"{path}: all {len(vectors):,} vectors contain nan or inf (diverged "
+                         f"training?): nothing to evaluate")
+    return words, vectors
+
+
 def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
     """(words, float32 matrix) from any vectors file mpidwe reads, chosen by content: word2vec
     text or binary, an mpidwe checkpoint (its input vectors), or a run directory (its newest
-    valid checkpoint)."""
+    valid checkpoint). Vectors that are all nan or inf are refused; rows with nan or inf
+    among others are returned as they are (see :func:`nonfinite_rows`)."""
     import os
 
     if os.path.isdir(path):
@@ -196,7 +215,7 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
         ck = latest_valid(os.path.join(path, "checkpoints"))
         if ck is None:
             raise InputError(f"no valid checkpoint in {path}/checkpoints")
-        return ck.words, ck.w_in
+        return _usable(path, ck.words, ck.w_in)
     try:
         with open(path, "rb") as fh:
             first = fh.read(MAX_HEADER)
@@ -206,9 +225,9 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
         from ..checkpoint import load
 
         ck = load(path)  # refuses a corpus or any other HDF5 file with a clear message
-        return ck.words, ck.w_in
+        return _usable(path, ck.words, ck.w_in)
     head = first.split(b"\n", 1)[0].split()
     if len(head) == 2 and all(x.isdigit() for x in head):
-        return read_word2vec(path)
+        return _usable(path, *read_word2vec(path))
     raise InputError(f"{path}: unknown vectors file (expected word2vec text or binary: a first "
                      f"line 'count dim'; GloVe files without that header are not read)")
