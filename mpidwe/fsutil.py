@@ -46,3 +46,130 @@ def atomic_write(path: str, mode: str = "wb", encoding: str | None = None) -> It
         with open(tmp, mode, encoding=encoding) as fh:
             yield fh
             fh.flush()
+
+
+class DirLock:
+    """One writer per folder: ``DIR/.mpidwe.lock``, created with O_CREAT | O_EXCL, which is
+    atomic on the shared filesystems clusters use (NFS v3+, Lustre, GPFS), unlike flock()
+    on some NFS mounts. It holds the holder's host, pid, Slurm job id and start time, and a
+    heartbeat thread touches it every ``beat`` seconds. A lock is stale, and taken over,
+    when its holder is a dead process on this host, the same Slurm job (a requeued run), or
+    silent for ``stale_after`` seconds (a node that died)."""
+
+    NAME = ".mpidwe.lock"
+
+    def __init__(self, directory: str, what: str, *, beat: float = 30.0, stale_after: float = 300.0):
+        import socket
+
+        self.path = os.path.join(directory, self.NAME)
+        self.what, self.beat, self.stale_after = what, beat, stale_after
+        self.me = {"host": socket.gethostname(), "pid": os.getpid(),
+                   "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "since": _now()}
+        self._stop = None
+
+    def acquire(self, warn=None) -> "DirLock":
+        import json
+        import threading
+
+        from .errors import InputError
+
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._holder()
+                why = self._stale(holder)
+                if why is None:
+                    raise InputError(
+                        f"{os.path.dirname(self.path)} is in use by another {self.what} (host "
+                        f"{holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {holder.get('since', '?')}); "
+                        f"wait for it, or if it is gone remove {self.path}") from None
+                if warn:
+                    warn(f"warning: taking over the lock of {os.path.dirname(self.path)}: {why}")
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(self.me))
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._stop = threading.Event()
+            threading.Thread(target=self._heartbeat, name="mpidwe-lock", daemon=True).start()
+            return self
+        raise InputError(f"could not take the lock {self.path}: another process keeps re-creating it")
+
+    def release(self) -> None:
+        if self._stop is None:
+            return
+        self._stop.set()
+        if self._holder().get("pid") == self.me["pid"] and self._holder().get("host") == self.me["host"]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        self._stop = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.beat):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def _holder(self) -> dict:
+        import json
+
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                return json.loads(fh.read() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def _stale(self, holder: dict) -> str | None:
+        """Why the lock can be taken over, or None while its holder may be alive."""
+        import time
+
+        if holder.get("host") == self.me["host"] and isinstance(holder.get("pid"), int):
+            try:
+                os.kill(holder["pid"], 0)
+            except ProcessLookupError:
+                return f"its holder (pid {holder['pid']} on this host) is gone"
+            except PermissionError:
+                pass
+        if holder.get("slurm_job") and holder.get("slurm_job") == self.me["slurm_job"]:
+            return f"it belongs to an earlier run of this Slurm job ({self.me['slurm_job']})"
+        try:
+            age = time.time() - os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            return "it is gone"
+        if age > self.stale_after:
+            return f"its holder has not touched it for {age:.0f} s"
+        return None
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def remove_leftovers(directory: str) -> list[str]:
+    """Delete the temporary files atomic_path left in ``directory`` when a writer was
+    killed (``.NAME.tmp-PID``). Only call it while holding the folder's DirLock, so no
+    live writer's file is taken."""
+    import re
+
+    pattern = re.compile(r"^\..+\.tmp-\d+$")
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if pattern.match(name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+    return removed

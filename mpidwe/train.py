@@ -26,7 +26,7 @@ from . import checkpoint
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
 from .kernels.common import learning_rate as kernel_learning_rate
-from .fsutil import atomic_write
+from .fsutil import DirLock, atomic_write, remove_leftovers
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .guard import DivergenceGuard
 from .sync import Synchronizer, lr_scale
@@ -339,11 +339,22 @@ def _old_run(cfg: TrainConfig) -> list[str]:
     return old + ([metrics] if os.path.exists(metrics) else [])
 
 
+def _take_run_dir(cfg: TrainConfig, log) -> DirLock:
+    """Rank 0 locks RUN_DIR for the whole run (a second run into it is refused), then removes
+    the temporary files a killed run left there: under the lock none can be a live one."""
+    _check_writable(cfg)
+    lock = DirLock(cfg.out, "training run").acquire(warn=log)
+    for folder in (cfg.out, os.path.join(cfg.out, "checkpoints")):
+        gone = remove_leftovers(folder)
+        if gone and log:
+            log(f"removed {len(gone)} temporary file(s) that a killed run left in {folder}")
+    return lock
+
+
 def _check_run_dir(cfg: TrainConfig, resuming: bool) -> None:
     """Never mix two runs in one RUN_DIR: a fresh start needs one without a run in it,
     ``--force`` (which clears the old metrics and checkpoints) or ``--resume auto`` (which
     found no checkpoint). Checked, like everything else, before anything is written."""
-    _check_writable(cfg)
     if resuming or not _old_run(cfg) or cfg.force or cfg.resume == "auto":
         return
     raise InputError(f"{cfg.out} already holds a run; continue it with --resume auto, start over "
@@ -521,14 +532,19 @@ class RoundTotals:
 
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
     plan = make_plan(cfg, comm, corpus)
-    state = load_state(cfg, plan, comm, corpus, log)
-    history = None if state is None else state.history
-    comm.on_root(_check_run_dir, cfg, state is not None)
-    if state is None:
-        state = fresh_state(cfg, plan, comm, corpus.n_words)
-    trainer = Trainer(cfg, comm, corpus, plan, state, log, stop)   # reads the evaluation files
-    comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
-    return trainer.run()
+    lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
+    try:
+        state = load_state(cfg, plan, comm, corpus, log)
+        history = None if state is None else state.history
+        comm.on_root(_check_run_dir, cfg, state is not None)
+        if state is None:
+            state = fresh_state(cfg, plan, comm, corpus.n_words)
+        trainer = Trainer(cfg, comm, corpus, plan, state, log, stop)   # reads the evaluation files
+        comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
+        return trainer.run()
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 class Trainer:

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -133,3 +134,66 @@ def test_a_round_without_examples_logs_no_loss(demo, tmp_path):
     assert all(x is None or x > 0 for x in losses)
     proc = subprocess.run([sys.executable, "-m", "mpidwe.inspect", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_second_run_into_the_same_out_is_refused_while_the_first_runs(demo, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "busy"
+    args = [sys.executable, "-m", "mpidwe.train", "--corpus", str(demo / "corpus.h5"), "--out", str(out),
+            "--dim", "16", "--threads", "1", "--no-progress", "--epochs", "200", "--no-export"]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = out / ".mpidwe.lock"
+        for _ in range(300):
+            if (out / "metrics.jsonl").exists():
+                break
+            time.sleep(0.05)
+        assert lock.exists()
+        second = subprocess.run(args + ["--force"], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert "is in use by another training run" in second.stderr and f"pid {first.pid}" in second.stderr
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    assert first.returncode == 75                     # SIGTERM: checkpoint and requeue exit
+    assert not (out / ".mpidwe.lock").exists()        # released on the way out
+
+
+def test_a_stale_lock_is_taken_over_and_leftovers_are_removed(demo, tmp_path):
+    import subprocess
+    import sys
+
+    from mpidwe.fsutil import DirLock
+
+    out = tmp_path / "stale"
+    (out / "checkpoints").mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    me = DirLock(str(out), "x").me
+    (out / ".mpidwe.lock").write_text(json.dumps(dict(me, pid=dead.pid)))
+    (out / "checkpoints" / ".ckpt-000000003.h5.tmp-4242").write_bytes(b"half a checkpoint")
+    (out / ".config.json.tmp-4242").write_text("{")
+    logs = []
+    train(cfg(demo, out, epochs=1), Comm.serial(), log=logs.append)
+    assert any("taking over the lock" in x and "is gone" in x for x in logs)
+    assert any("removed 1 temporary file(s)" in x for x in logs)
+    assert not list(out.glob(".*.tmp-*")) and not list((out / "checkpoints").glob(".*.tmp-*"))
+    assert not (out / ".mpidwe.lock").exists()
+
+
+def test_lock_of_another_host_is_respected_until_it_goes_silent(tmp_path):
+    from mpidwe.fsutil import DirLock
+
+    other = {"host": "node-17", "pid": 1, "slurm_job": "", "since": "then"}
+    (tmp_path / ".mpidwe.lock").write_text(json.dumps(other))
+    with pytest.raises(InputError, match="in use by another run .*host node-17"):
+        DirLock(str(tmp_path), "run").acquire()
+    old = time.time() - 3600
+    os.utime(tmp_path / ".mpidwe.lock", (old, old))
+    warned = []
+    lock = DirLock(str(tmp_path), "run").acquire(warn=warned.append)
+    assert "has not touched it" in warned[0]
+    lock.release()
+    assert not (tmp_path / ".mpidwe.lock").exists()
