@@ -24,7 +24,7 @@ import numpy as np
 from . import __version__
 from .errors import InputError
 from .formats import check_format, unreadable
-from .fsutil import atomic_path
+from .fsutil import atomic_path, reason
 
 FORMAT = "mpidwe-checkpoint"
 FORMAT_VERSION = 2          # 2: content_sha256 covers every dataset and attribute
@@ -165,6 +165,17 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
     """Write ``ckpt`` atomically into ``directory``; keep the newest ``keep`` files."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, checkpoint_name(ckpt.progress.round))
+    try:
+        _write(path, ckpt)
+    except OSError as e:   # a full or failing disk: atomic_path has removed the partial file
+        raise InputError(f"cannot write checkpoint {path}: {reason(e)}; the earlier checkpoints "
+                         f"are kept") from None
+    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+        os.unlink(old)
+    return path
+
+
+def _write(path: str, ckpt: Checkpoint) -> None:
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs[A_FORMAT] = FORMAT
         f.attrs[A_VERSION] = FORMAT_VERSION
@@ -186,9 +197,6 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
         f.flush()
         f.attrs[A_CONTENT] = content_sha256(f)
         f.flush()
-    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
-        os.unlink(old)
-    return path
 
 
 def list_checkpoints(directory: str) -> list[str]:

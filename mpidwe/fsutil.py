@@ -9,6 +9,18 @@ import os
 from typing import IO, Iterator
 
 
+def reason(e: OSError) -> str:
+    """One line for an OSError, also for h5py's, whose text spans lines and names errno."""
+    import re
+
+    if e.errno:
+        return os.strerror(e.errno)
+    m = re.search(r"error message = '([^']*)'", str(e)) or re.search(r"errno = (\d+)", str(e))
+    if m:
+        return os.strerror(int(m.group(1))) if m.group(1).isdigit() else m.group(1)
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def fsync_path(path: str) -> None:
     """fsync a file or a directory by name."""
     fd = os.open(path, os.O_RDONLY)

@@ -26,7 +26,7 @@ from . import checkpoint
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
 from .kernels.common import learning_rate as kernel_learning_rate
-from .fsutil import DirLock, atomic_write, remove_leftovers
+from .fsutil import DirLock, atomic_write, reason, remove_leftovers
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .guard import DivergenceGuard
 from .sync import Synchronizer, lr_scale
@@ -329,7 +329,7 @@ def _check_writable(cfg: TrainConfig) -> None:
             fh.write(b"x")
         os.unlink(probe)
     except OSError as e:
-        raise InputError(f"--out {cfg.out} is not writable: {e.strerror or e}") from None
+        raise InputError(f"--out {cfg.out} is not writable: {reason(e)}") from None
 
 
 def _old_run(cfg: TrainConfig) -> list[str]:
@@ -730,9 +730,8 @@ class Trainer:
                                  keep=self.cfg.keep_checkpoints)
 
     def finish(self, stopped: bool, ckpt_path: str | None, words: int, seconds: float) -> None:
+        """Rank 0 reports and exports ``vectors.txt``; every rank learns whether that failed."""
         cfg, log, comm = self.cfg, self.log, self.comm
-        if not comm.is_root:
-            return
         if log:
             if stopped:
                 log(f"stop requested (SIGTERM/SIGUSR1): wrote {ckpt_path}; resume with --resume auto")
@@ -741,12 +740,21 @@ class Trainer:
                     f"{comm.size} rank(s) x {self.plan.threads} thread(s), sync {cfg.sync}, lr x "
                     f"{self.plan.scale}); checkpoint {ckpt_path}")
         if cfg.export and not stopped:
-            write_word2vec(os.path.join(cfg.out, "vectors.txt"), self.words, self.state.w_in, binary=False)
-            history = self.state.history
-            if log:
-                log(f"wrote {os.path.join(cfg.out, 'vectors.txt')}")
-                if history and history[-1].get("eval"):
-                    log("evaluation: " + json.dumps(history[-1]["eval"], sort_keys=True))
+            comm.on_root(self.export, ckpt_path, broadcast=False)
+
+    def export(self, ckpt_path: str | None) -> None:
+        vectors = os.path.join(self.cfg.out, "vectors.txt")
+        try:
+            write_word2vec(vectors, self.words, self.state.w_in, binary=False)
+        except OSError as e:   # the model is safe in the checkpoint: say how to get the vectors
+            raise InputError(f"training finished and {ckpt_path} holds the model, but {vectors} could not "
+                             f"be written ({reason(e)}); export it later with python -m mpidwe.inspect "
+                             f"{self.cfg.out} export -o FILE") from None
+        history = self.state.history
+        if self.log:
+            self.log(f"wrote {vectors}")
+            if history and history[-1].get("eval"):
+                self.log("evaluation: " + json.dumps(history[-1]["eval"], sort_keys=True))
 
 
 def _show(bar, record: dict) -> None:

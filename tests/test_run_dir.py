@@ -197,3 +197,29 @@ def test_lock_of_another_host_is_respected_until_it_goes_silent(tmp_path):
     assert "has not touched it" in warned[0]
     lock.release()
     assert not (tmp_path / ".mpidwe.lock").exists()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 256 KiB tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_gives_one_line_and_leaves_no_partial_file(demo, tmp_path, tiny_disk):
+    out = tiny_disk / "run"
+    with pytest.raises(InputError, match=r"cannot write checkpoint .*: No space left on device; the earlier") as e:
+        train(cfg(demo, out, dim=64), Comm.serial(), log=None)
+    assert "\n" not in str(e.value)
+    assert not list((out / "checkpoints").glob(".*")) and not list(out.glob(".*.tmp-*"))   # no partial file
+    for p in checkpoint.list_checkpoints(str(out / "checkpoints")):
+        checkpoint.load(p)                                      # what was written is whole
+    assert not (out / ".mpidwe.lock").exists()
