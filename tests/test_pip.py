@@ -195,6 +195,23 @@ def test_cache_version_is_checked(tmp_path):
     assert not reference_embedding(path, SPEC, cache=False).cached
 
 
+@pytest.mark.parametrize("part", ["embedding", "singular_values", "words", "info"])
+def test_a_changed_cache_entry_fails_its_checksum(tmp_path, part):
+    """One flipped value changed a PIP loss from 1,289 to 8,990 with exit 0 before."""
+    path = make_corpus(tmp_path)
+    first = reference_embedding(path, SPEC)
+    with h5py.File(refcache.cache_path(path), "a") as f:
+        g = f["references"][first.key.group]
+        if part == "info":
+            g.attrs["info"] = '{"tampered": true}'
+        elif part == "words":
+            g["words"][0] = "zzz"
+        else:
+            g[part][0] = g[part][0] * 1.5 + 1
+    with pytest.raises(InputError, match="fails its checksum; delete it to recompute"):
+        reference_embedding(path, SPEC)
+
+
 def test_reference_spec_is_checked(tmp_path):
     path = make_corpus(tmp_path)
     with pytest.raises(ConfigError, match="dimension 30 must be below"):

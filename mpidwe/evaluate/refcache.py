@@ -37,6 +37,7 @@ A_DIM = "dim"
 A_TOP_N = "top_n"
 A_ALPHA = "alpha"
 A_INFO = "info"
+A_SHA = "content_sha256"
 G_REFERENCES = "references"
 D_WORDS = "words"
 D_EMBEDDING = "embedding"
@@ -121,8 +122,26 @@ def read_reference(path: str, key: ReferenceKey) -> CachedReference | None:
         if emb.shape != (key.top_n, key.dim) or sv.shape != (key.dim,) or len(words) != key.top_n:
             raise InputError(f"{path} is damaged: entry {key.group} has shape {emb.shape}; "
                              f"delete it to recompute")
-        info = json.loads(_text(g.attrs.get(A_INFO, "{}")))
+        info_text = _text(g.attrs.get(A_INFO, "{}"))
+        if A_SHA in g.attrs and _entry_sha256(key, words, emb, sv, info_text) != _text(g.attrs[A_SHA]):
+            raise InputError(f"{path} is damaged: entry {key.group} fails its checksum; delete it to recompute")
+        info = json.loads(info_text)
         return CachedReference(key, words, emb.astype(np.float32, copy=False), sv.astype(np.float64), info)
+
+
+def _entry_sha256(key: ReferenceKey, words: list[str], embedding: np.ndarray, singular: np.ndarray,
+                  info: str) -> str:
+    """SHA-256 over an entry's key, words, matrices and info: a flipped byte anywhere in it
+    is refused instead of silently changing every PIP loss computed from it."""
+    import hashlib
+
+    h = hashlib.sha256(repr((key.corpus_id, key.window, key.negatives, key.dim, key.top_n,
+                             float(key.alpha))).encode())
+    h.update("\n".join(words).encode("utf-8"))
+    h.update(np.ascontiguousarray(embedding, dtype=np.float32).tobytes())
+    h.update(np.ascontiguousarray(singular, dtype=np.float64).tobytes())
+    h.update(info.encode("utf-8"))
+    return h.hexdigest()
 
 
 def _write_entry(f: h5py.File, ref: CachedReference) -> None:
@@ -136,6 +155,7 @@ def _write_entry(f: h5py.File, ref: CachedReference) -> None:
     g.attrs[A_ALPHA] = float(k.alpha)
     g.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
     g.attrs[A_INFO] = json.dumps(ref.info, sort_keys=True)
+    g.attrs[A_SHA] = _entry_sha256(k, list(ref.words), ref.embedding, ref.singular_values, g.attrs[A_INFO])
     g.create_dataset(D_WORDS, data=np.array(ref.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
     g.create_dataset(D_EMBEDDING, data=np.asarray(ref.embedding, dtype=np.float32))
     g.create_dataset(D_SINGULAR, data=np.asarray(ref.singular_values, dtype=np.float64))
