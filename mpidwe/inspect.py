@@ -8,11 +8,18 @@
 
 A run directory stands for its newest valid checkpoint. Files are opened read-only without
 HDF5 file locking, so a running job's checkpoints can be inspected while it writes new ones.
+
+``export`` and ``plot`` write atomically (mpidwe.fsutil: a temporary name beside the output,
+fsync, rename). An output that cannot be written (its folder missing, not a folder or not
+writable, the output a folder) is refused before any work, and one that fails while being
+written (a full disk) leaves neither the file nor a temporary one: both are one error line
+naming the path and the reason, exit 2. A missing folder is not created.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -21,6 +28,7 @@ import numpy as np
 
 from . import checkpoint
 from .errors import ConfigError, InputError, MpidweError
+from .fsutil import atomic_path
 
 PROG = "python -m mpidwe.inspect"
 
@@ -136,8 +144,36 @@ def analogy(vectors: np.ndarray, words: list[str], a: str, b: str, c: str, k: in
     return _top(unit, words, unit[ib] - unit[ia] + unit[ic], k, (ia, ib, ic))
 
 
+def check_output(path: str) -> None:
+    """Refuse an output path that cannot be written, before any work: the path is a folder,
+    its folder (or a folder above) does not exist or is a file, or it is not writable."""
+    if os.path.isdir(path):
+        raise InputError(f"cannot write {path}: it is a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    probe = parent
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise InputError(f"cannot write {path}: {probe} is not a folder")
+    if probe != parent:
+        raise InputError(f"cannot write {path}: folder {parent} does not exist (create it first)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {path}: folder {parent} is not writable (permission denied)")
+
+
+@contextlib.contextmanager
+def writing(path: str):
+    """An OSError while ``path`` is written (a full disk, a folder that turned read-only)
+    becomes one InputError line naming the path and the reason."""
+    try:
+        yield
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def plot(run_dir: str, out: str) -> str:
-    """Loss, words/s and evaluation curves from RUN_DIR/metrics.jsonl."""
+    """Loss, words/s and evaluation curves from RUN_DIR/metrics.jsonl, as a PNG written
+    atomically to ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,15 +208,18 @@ def plot(run_dir: str, out: str) -> str:
     axes[-1].set_xlabel("words trained (all ranks)")
     fig.suptitle(os.path.basename(os.path.abspath(run_dir)))
     fig.tight_layout()
-    tmp = f"{out}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out)
+    try:
+        with writing(out), atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(fig)
     return out
 
 
 def run(argv=None) -> int:
     a = build_parser().parse_args(argv)
+    if a.command in ("plot", "export"):
+        check_output(a.output)
     if a.command == "plot":
         out = plot(a.path, a.output)
         print(json.dumps({"plot": out}) if a.json else f"wrote {out}")
@@ -208,7 +247,8 @@ def run(argv=None) -> int:
 
         if os.path.exists(a.output) and not a.force:
             raise InputError(f"output exists: {a.output} (use --force to overwrite)")
-        write_word2vec(a.output, ck.words, matrix(ck, a.matrix), binary=a.format == "word2vec-binary")
+        with writing(a.output):
+            write_word2vec(a.output, ck.words, matrix(ck, a.matrix), binary=a.format == "word2vec-binary")
         print(json.dumps({"export": a.output}) if a.json else
               f"wrote {a.output} ({a.format}, {a.matrix} matrix, {len(ck.words):,} x {ck.w_in.shape[1]})")
     return 0

@@ -1,9 +1,18 @@
 """Raw text -> tokens, streamed over a byte range. No MPI, no HDF5.
 
 The input (one or more files, plain or compressed) is one byte space split into rank
-ranges at whitespace. Within a range, text is read a block at a time, cut at the last
-whitespace byte, split into lines and tokenized, so no token is lost or doubled and
+ranges at whitespace. Within a range, text is read a block at a time, cut just after the
+last whitespace, split into lines and tokenized, so no token is lost or doubled and
 memory stays bounded by the block size.
+
+Whitespace is every character for which ``str.isspace()`` is true: the ASCII bytes
+space, TAB, LF, VT, FF, CR, and the Unicode spaces (U+0085 NEL, U+00A0 no-break space,
+U+2000..U+200A, U+2028, U+2029, U+3000 ideographic space...), so no token holds any of
+them. Cuts (range boundaries and block ends) are made only just after a whole whitespace
+character: after an ASCII whitespace byte, or after the complete UTF-8 encoding of a
+Unicode space. Such an encoding starts with a lead byte, which no earlier byte can claim
+as a continuation, so the bytes before the cut decode the same alone as with what
+follows, and a multi-byte space is never split between two ranges or two blocks.
 
 Line rules (identical whatever the rank count):
 - a file end is a line end;
@@ -23,7 +32,13 @@ from typing import BinaryIO, Iterator
 
 from .errors import InputError
 
-WHITESPACE = b" \t\n\r\x0b\x0c"
+WHITESPACE = b" \t\n\r\x0b\x0c"   # ASCII whitespace bytes
+# The UTF-8 encodings of the other characters that str.split() splits on (of the
+# interpreter running: the Unicode database decides), from the Basic Multilingual Plane,
+# where all of them are. ASCII control bytes 0x1c..0x1f are left out: they become spaces
+# (see _CONTROL) but are no cut points, as before.
+UNICODE_WHITESPACE = tuple(chr(c).encode() for c in range(0x80, 0x10000)
+                           if not 0xD800 <= c < 0xE000 and chr(c).isspace())
 DOC_LINE_MAX = 1 << 20     # also the window in which a range boundary looks for a newline
 
 _TEXT8 = bytes(c if 97 <= c <= 122 else (c + 32 if 65 <= c <= 90 else 32) for c in range(256))
@@ -152,12 +167,12 @@ def find_boundaries(sources: list[Source], world_size: int) -> list[Boundary]:
                 out.append(Boundary(nominal + nl + 1, True))
                 continue
             pos = nominal + len(window)
-            found = _first_whitespace(window)
+            found, after = _first_whitespace(window)
             while found < 0 and pos < starts[i + 1]:
                 window = _read(fh, 1 << 20, sources[i].path)
                 if not window:
                     break
-                found = _first_whitespace(window)
+                found, after = _first_whitespace(window)
                 if found < 0:
                     pos += len(window)
                 else:
@@ -165,7 +180,7 @@ def find_boundaries(sources: list[Source], world_size: int) -> list[Boundary]:
             if found < 0:
                 out.append(Boundary(starts[i + 1], True))
             else:
-                out.append(Boundary(nominal + found + 1, window[found:found + 1] == b"\n"))
+                out.append(Boundary(nominal + after, window[found:found + 1] == b"\n"))
     finally:
         for fh in handles.values():
             fh.close()
@@ -173,9 +188,27 @@ def find_boundaries(sources: list[Source], world_size: int) -> list[Boundary]:
     return out
 
 
-def _first_whitespace(buf: bytes) -> int:
-    hits = [i for i in (buf.find(bytes([c])) for c in WHITESPACE) if i >= 0]
-    return min(hits) if hits else -1
+def _first_whitespace(buf: bytes) -> tuple[int, int]:
+    """(start, end) of the first whole whitespace character in ``buf`` (an ASCII byte or
+    a Unicode space's UTF-8 encoding); (-1, -1) if there is none. A match of an encoding
+    is always a real character: it starts with a lead byte (see the module docstring)."""
+    hits = [(i, i + 1) for i in (buf.find(bytes([c])) for c in WHITESPACE) if i >= 0]
+    if not buf.isascii():
+        hits += [(i, i + len(seq)) for i, seq in ((buf.find(seq), seq) for seq in UNICODE_WHITESPACE) if i >= 0]
+    return min(hits) if hits else (-1, -1)
+
+
+def _last_whitespace_end(buf: bytes) -> int:
+    """The offset just after the last ASCII whitespace byte in ``buf``, else just after the
+    last whole Unicode space (looked for only then: a block of text with no ASCII
+    whitespace, such as Chinese or Japanese text); -1 if there is neither."""
+    cut = max(buf.rfind(bytes([c])) for c in WHITESPACE)
+    if cut >= 0:
+        return cut + 1
+    if buf.isascii():
+        return -1
+    return max((i + len(seq) for i, seq in ((buf.rfind(seq), seq) for seq in UNICODE_WHITESPACE) if i >= 0),
+               default=-1)
 
 
 # ---------------------------------------------------------------------------- scanning
@@ -196,7 +229,9 @@ class TextOptions:
 
 
 def tokenize(line: bytes, opts: TextOptions, stats: ScanStats) -> list[bytes]:
-    """One piece of a line -> tokens (valid UTF-8 bytes)."""
+    """One piece of a line -> tokens (valid UTF-8 bytes), split at every character for
+    which ``str.isspace()`` is true (ASCII text: at the ASCII whitespace bytes, as
+    ``bytes.split()``; other control bytes became spaces before)."""
     before = _InvalidCounter.count
     if opts.normalize == "text8":
         # count invalid sequences only when there are non-ASCII bytes at all
@@ -207,7 +242,13 @@ def tokenize(line: bytes, opts: TextOptions, stats: ScanStats) -> list[bytes]:
         text = line.translate(_CONTROL).decode("utf-8", "mpidwe-count")
         if opts.lowercase:
             text = text.lower()
-        toks = text.encode("utf-8").split()
+        if text.isascii():
+            toks = text.encode("ascii").split()
+        else:
+            # str.split() splits on all Unicode whitespace; joining with one space and
+            # splitting the bytes again spares an encode per token
+            joined = " ".join(text.split())
+            toks = joined.encode("utf-8").split(b" ") if joined else []
     stats.invalid_utf8 += _InvalidCounter.count - before
     stats.raw_tokens += len(toks)
     return toks
@@ -230,11 +271,11 @@ def _pieces(fh: BinaryIO, path: str, start: int, end: int, block: int) -> Iterat
         data = carry + data
         carry = b""
         if pos < end:
-            cut = max(data.rfind(bytes([c])) for c in WHITESPACE)
+            cut = _last_whitespace_end(data)
             if cut < 0:          # one token longer than a block: keep reading
                 carry = data
                 continue
-            data, carry = data[:cut + 1], data[cut + 1:]
+            data, carry = data[:cut], data[cut:]
         lines = data.split(b"\n")
         for k, ln in enumerate(lines):
             yield ln, k < len(lines) - 1

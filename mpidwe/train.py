@@ -746,9 +746,10 @@ class Trainer:
         vectors = os.path.join(self.cfg.out, "vectors.txt")
         try:
             write_word2vec(vectors, self.words, self.state.w_in, binary=False)
-        except OSError as e:   # the model is safe in the checkpoint: say how to get the vectors
-            raise InputError(f"training finished and {ckpt_path} holds the model, but {vectors} could not "
-                             f"be written ({reason(e)}); export it later with python -m mpidwe.inspect "
+        except (OSError, InputError) as e:   # the model is safe in the checkpoint: say how to get it
+            why = reason(e) if isinstance(e, OSError) else str(e)
+            raise InputError(f"training finished and {ckpt_path} holds the model, but writing the vectors "
+                             f"failed ({why}); export them later with python -m mpidwe.inspect "
                              f"{self.cfg.out} export -o FILE") from None
         history = self.state.history
         if self.log:

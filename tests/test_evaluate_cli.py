@@ -32,9 +32,11 @@ def test_word2vec_round_trip(tmp_path, binary):
     assert [p.name for p in tmp_path.iterdir()] == ["v.w2v"]  # no temporary left behind
 
 
-def test_write_refuses_words_with_spaces(tmp_path):
-    with pytest.raises(ValueError, match="whitespace"):
-        write_word2vec(str(tmp_path / "v"), ["a b"], np.zeros((1, 2)))
+def test_write_escapes_whitespace_inside_words(tmp_path):
+    """A finished run is never lost to an export error: whitespace inside a word is written
+    as a visible \\uXXXX escape, so the file keeps one word per token."""
+    write_word2vec(str(tmp_path / "v"), ["a b"], np.zeros((1, 2)))
+    assert (tmp_path / "v").read_text(encoding="utf-8").splitlines()[1].split()[0] == "a\\u0020b"
 
 
 @pytest.mark.parametrize("binary", [True, False])

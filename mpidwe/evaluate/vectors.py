@@ -6,6 +6,17 @@ adds a newline after each vector, gensim does not; both are read). Which of the 
 is, is found from its content, not its name. :func:`load_vectors` is the one entry point
 that tools use; it dispatches on the file's first bytes, so other kinds of files
 (checkpoints) can be added there.
+
+Words are written so that every file stays readable, whatever the vocabulary holds
+(:func:`escape_word`): a character for which ``str.isspace()`` is true (space, TAB, LF,
+U+0085, U+00A0, U+3000...) would end the word early or break the line, and a lone
+surrogate (U+D800..U+DFFF) cannot be encoded as UTF-8, so each such character is written
+as its visible escape ``\\uXXXX`` (a backslash, ``u``, four lowercase hex digits), as
+Python and JSON spell it: ``new\u3000york`` is written ``new\\u3000york``. Every other
+word, backslashes included, is written as it is. The escape is not undone on reading.
+An escape rather than ``_``: ``_`` already joins real tokens (word2vec phrases such as
+``new_york``), so ``new\u00a0york`` and ``new_york`` would become one word twice over;
+the escape keeps them apart and shows which character it was.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import re
 
 import numpy as np
 
@@ -148,38 +160,63 @@ def _read_binary(path: str, mm: mmap.mmap, start: int, count: int, dim: int) -> 
 
 
 def _atomic_write(path: str, chunks) -> None:
-    with atomic_write(path) as fh:
-        for c in chunks:
-            fh.write(c)
+    try:
+        with atomic_write(path) as fh:
+            for c in chunks:
+                fh.write(c)
+    except OSError as e:  # a missing or read-only folder, a full disk: nothing is left behind
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+# whitespace (re's \s is exactly str.isspace() for str patterns) and lone surrogates
+_NEEDS_ESCAPE = re.compile("[\\s\ud800-\udfff]")
+
+
+def _escape_char(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\u{c:04x}" if c <= 0xFFFF else f"\\U{c:08x}"
+
+
+def escape_word(word: str) -> str:
+    """``word`` as the writers write it: each whitespace character (``str.isspace()``) and
+    each lone surrogate becomes ``\\uXXXX`` (see the module docstring); a word without
+    them is returned as it is."""
+    return _NEEDS_ESCAPE.sub(_escape_char, word)
 
 
 def _check_words(words: list[str], vectors: np.ndarray) -> None:
     if vectors.ndim != 2 or len(words) != vectors.shape[0]:
         raise ValueError(f"{len(words)} words for vectors of shape {vectors.shape}")
-    for w in words:
-        if not w or any(c.isspace() for c in w):
-            raise ValueError(f"word {w!r} is empty or contains whitespace: not writable as word2vec")
 
 
 def write_word2vec(path: str, words: list[str], vectors: np.ndarray, *, binary: bool = True) -> None:
     """Write word2vec binary (default; as the C tool, a newline after each vector) or text,
-    atomically (temporary name, fsync, rename)."""
+    atomically (temporary name, fsync, rename). Whitespace and lone surrogates inside a word
+    are written as ``\\uXXXX`` escapes (:func:`escape_word`), so no vocabulary makes the
+    write fail or the file unreadable (gensim's ``load_word2vec_format`` reads it). An empty
+    word, or as many words as rows, is a bug (ValueError); a file that cannot be written
+    (missing or read-only folder, full disk) is an InputError naming ``path`` and the reason,
+    and leaves neither the file nor a temporary one."""
     vectors = np.asarray(vectors, dtype=np.float32)
     _check_words(words, vectors)
+    if not all(words):
+        raise ValueError("an empty word is not writable as word2vec")
 
     def chunks():
         yield f"{len(words)} {vectors.shape[1]}\n".encode()
         for a in range(0, len(words), 8192):
             block = vectors[a:a + 8192]
+            names = words[a:a + 8192]
+            if _NEEDS_ESCAPE.search("".join(names)):
+                names = [escape_word(w) for w in names]
             if binary:
                 le = block.astype("<f4", copy=False)
-                yield b"".join(w.encode() + b" " + row.tobytes() + b"\n" for w, row in zip(words[a:a + 8192], le))
+                yield b"".join(w.encode() + b" " + row.tobytes() + b"\n" for w, row in zip(names, le))
             else:
                 # 9 significant digits: every float32 reads back exactly
                 buf = io.StringIO()
                 np.savetxt(buf, block, fmt="%.9g")
-                yield "".join(f"{w} {row}\n" for w, row in
-                              zip(words[a:a + 8192], buf.getvalue().splitlines())).encode()
+                yield "".join(f"{w} {row}\n" for w, row in zip(names, buf.getvalue().splitlines())).encode()
 
     _atomic_write(path, chunks())
 
