@@ -162,7 +162,7 @@ def test_stdin_input(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data, _ = read(out)
     assert [w.decode() for w in data["vocab/words"]] == ["a", "b", "c"]
-    assert not [f for f in os.listdir(tmp_path) if f.startswith(".mpidwe-stdin")]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]  # the copy of stdin is gone
 
 
 def test_invalid_utf8_and_binary_bytes_are_replaced_and_counted(tmp_path):
@@ -259,3 +259,296 @@ def test_failure_on_one_rank_ends_all_ranks(tmp_path):
     assert any("cannot read" in ln for ln in error_lines(proc.stderr)), proc.stderr
     assert not out.exists()
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+# ------------------------------------------------- output among the inputs (issue 15, item 5)
+def test_output_that_is_one_of_the_inputs_is_refused(tmp_path):
+    """``preprocess X --output X --force`` used to replace the text X by its own corpus. The
+    output is compared with every input by real path, so another spelling of the same path,
+    a symlink on either side and a hard link are refused too, before anything is written."""
+    text = b"a b a c\n" * 50
+    src = tmp_path / "in.txt"
+    src.write_bytes(text)
+    other = tmp_path / "other.txt"
+    other.write_bytes(b"x y x\n")
+    (tmp_path / "sub").mkdir()
+    os.symlink("in.txt", tmp_path / "link.txt")
+    os.link(src, tmp_path / "hard.txt")
+    cases = [
+        (["in.txt"], "in.txt"),
+        (["in.txt"], "./sub/../in.txt"),
+        ([str(src)], "in.txt"),
+        (["other.txt", "link.txt"], "in.txt"),    # the input is a symlink to the output
+        (["in.txt"], "link.txt"),                 # the output is a symlink to the input
+        (["hard.txt"], "in.txt"),                 # a hard link: same file, other name
+    ]
+    before = sorted(os.listdir(tmp_path))
+    for inputs, output in cases:
+        proc = run_py(["-m", "mpidwe.preprocess", *inputs, "--output", output, "--min-count", "1", "--force"],
+                      cwd=tmp_path)
+        line = one_error(proc)
+        assert proc.returncode == 2, (inputs, output, proc.stderr)
+        assert "is also an input" in line, line
+        assert src.read_bytes() == text and os.path.islink(tmp_path / "link.txt")
+        assert sorted(os.listdir(tmp_path)) == before, (inputs, output)
+    # a different output next to the inputs still works
+    proc = run_py(["-m", "mpidwe.preprocess", "link.txt", "--output", "c.h5", "--min-count", "1"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert src.read_bytes() == text
+
+
+# --------------------------------------- temporary files of killed runs (issue 15, item 16)
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_leftovers_of_killed_runs_to_the_same_output_are_removed_at_start(tmp_path):
+    """A run removes the temporary files that earlier runs to the same output left when they
+    were killed (their writer is a dead process on this host, or a file of another host that
+    nobody touched for a day), and keeps those of a run that may still be writing and those
+    of other outputs."""
+    import socket
+    import time
+
+    import subprocess
+    import sys
+
+    host = socket.gethostname()
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live run
+    dead, alive, now = _dead_pid(), writer.pid, int(time.time())
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"a b a c\n" * 100)
+    stale = [
+        f".c.h5.part0-{dead}-{now - 60}.h5",              # names written before the host was recorded
+        f".c.h5.part1-{dead}-{now - 60}.h5",
+        f"c.h5.tmp-{dead}-{now - 60}",
+        f".c.h5.part0-{host}-{dead}-{now}.h5",            # this host, dead writer
+        f".c.h5.tmp-{host}-{dead}-{now}",
+        f".c.h5.stdin-{host}-{dead}-{now}",
+        f".c.h5.part3-node-17-{alive}-{now - 90000}.h5",  # another host, untouched for a day
+    ]
+    keep = [
+        f".c.h5.part0-{host}-{alive}-{now}.h5",           # its writer is alive
+        f".c.h5.part2-node-17-{dead}-{now}.h5",           # another host, recent: may be running
+        f".other.h5.part0-{host}-{dead}-{now}.h5",        # another output
+        f".c.h5.part0-{host}-{dead}-x.h5",                # not one of our names
+    ]
+    for name in stale + keep:
+        (tmp_path / name).write_bytes(b"half a part")
+    old = time.time() - 90000
+    os.utime(tmp_path / stale[-1], (old, old))
+    logs = []
+    try:
+        run(PreprocessConfig(inputs=(str(src),), output=str(tmp_path / "c.h5"), min_count=1), Comm.serial(),
+            log=logs.append)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert Corpus(str(tmp_path / "c.h5")).n_tokens == 400
+    left = sorted(f for f in os.listdir(tmp_path) if f.startswith(".") or ".tmp-" in f)
+    assert left == sorted(keep)
+    assert any(f"removed {len(stale)} temporary file(s)" in x for x in logs), logs
+
+
+def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
+    """kill -9 leaves the part files; the next run to the same output removes them."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import mpi_env
+
+    src = tmp_path / "big.txt"
+    _big_text(src, 24)
+    out = tmp_path / "c.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "mpidwe.preprocess", str(src), "--output", str(out)],
+                            env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    rc, _, _ = _interrupt_when(proc, lambda: any(".part" in f for f in os.listdir(tmp_path)), signal.SIGKILL)
+    assert rc == -9 and _ours(tmp_path)
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"a b a c\n" * 10)
+    proc = run_py(["-m", "mpidwe.preprocess", str(small), "--output", str(out), "--min-count", "1"])
+    assert proc.returncode == 0, proc.stderr
+    assert "removed 1 temporary file(s) left by killed runs" in proc.stdout
+    assert not _ours(tmp_path), os.listdir(tmp_path)
+
+
+def _big_text(path, mbytes: int) -> None:
+    """MBYTES of random words (a 1 MB block, repeated), enough for preprocessing to take seconds."""
+    rng = np.random.default_rng(11)
+    words = np.array([f"w{i}" for i in range(20000)])
+    ids = rng.zipf(1.2, size=250_000) % len(words)
+    block = "\n".join(" ".join(words[ids[a:a + 25]]) for a in range(0, len(ids), 25)).encode() + b"\n"
+    with open(path, "wb") as fh:
+        for _ in range(max(1, (mbytes << 20) // len(block))):
+            fh.write(block)
+
+
+def _interrupt_when(proc, ready, sig, timeout=120):
+    """Send ``sig`` to ``proc`` once ``ready()`` holds; its (returncode, stderr, seconds to end)."""
+    import time
+
+    t = time.time()
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"preprocess ended before the signal: {proc.communicate()}")
+        assert time.time() - t < timeout, "no temporary files in time"
+        time.sleep(0.02)
+    t = time.time()
+    proc.send_signal(sig)
+    try:
+        _, stderr = proc.communicate(timeout=10)
+    except Exception:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, stderr, time.time() - t
+
+
+def _ours(directory):
+    return [f for f in os.listdir(directory) if ".part" in f or ".tmp-" in f or ".stdin-" in f
+            or f.startswith(".mpidwe-stdin")]
+
+
+@pytest.mark.parametrize("ranks,sig", [(1, "SIGTERM"), (1, "SIGINT"), pytest.param(2, "SIGTERM", marks=pytest.mark.mpi)])
+def test_signal_while_writing_parts_removes_temporary_files(tmp_path, ranks, sig):
+    """SIGTERM (or Ctrl-C) during pass 2: every rank stops, the part files and the temporary
+    corpus are removed, one error line, exit 128 + signal number (143 for SIGTERM, 130 for
+    SIGINT). Under mpiexec the launcher forwards the signal to every rank."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import mpi_command, mpi_env
+
+    src = tmp_path / "big.txt"
+    _big_text(src, 24)
+    out = tmp_path / "c.h5"
+    args = ["-m", "mpidwe.preprocess", str(src), "--output", str(out), "--min-count", "1"]
+    cmd = mpi_command(ranks, args) if ranks > 1 else [sys.executable, *args]
+    proc = subprocess.Popen(cmd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    signum = getattr(signal, sig)
+    rc, stderr, seconds = _interrupt_when(proc, lambda: any(".part" in f for f in os.listdir(tmp_path)), signum)
+    assert rc == 128 + signum, (rc, stderr)
+    lines = error_lines(stderr)
+    assert len(lines) == 1 and "interrupted" in lines[0] and sig in lines[0], stderr
+    assert "Traceback" not in stderr, stderr
+    assert seconds < 10
+    assert not out.exists()
+    assert not _ours(tmp_path), os.listdir(tmp_path)
+
+
+def test_a_signal_inside_a_callback_is_not_lost():
+    """The signal handler raises where the main thread happens to be; inside a weakref
+    callback (h5py releasing an object while stitching) Python would print the exception
+    and go on to finish the run. It is raised again, in ordinary code."""
+    import signal
+    import sys
+    import time
+    import weakref
+
+    from mpidwe.preprocess import Interrupted, _Signals
+
+    class Obj:
+        pass
+
+    def callback(_):
+        os.kill(os.getpid(), signal.SIGTERM)
+        _ = 1  # the handler runs here, inside the callback
+
+    hook = sys.unraisablehook
+    with _Signals():
+        obj = Obj()
+        ref = weakref.ref(obj, callback)
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            del obj
+            time.sleep(2)
+    assert ref() is None and sys.unraisablehook is hook
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_sigterm_while_reading_standard_input_removes_the_spool_file(tmp_path):
+    """Standard input is copied to a file beside the output first; SIGTERM while a slow pipe
+    feeds it removes that file too."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import mpi_env
+
+    out = tmp_path / "c.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "mpidwe.preprocess", "-", "--output", str(out)],
+                            env=mpi_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)
+    proc.stdin.write(b"a b c a\n" * 1000)
+    proc.stdin.flush()
+    try:
+        rc, stderr, seconds = _interrupt_when(proc, lambda: bool(_ours(tmp_path)), signal.SIGTERM)
+    finally:
+        proc.stdin.close()
+    stderr = stderr.decode()
+    assert rc == 143, stderr
+    assert len(error_lines(stderr)) == 1, stderr
+    assert not out.exists()
+    assert not _ours(tmp_path), os.listdir(tmp_path)
+
+
+# ------------------------------- Unicode whitespace inside words (issue 15, item 2)
+_U15_WS = ["\u3000", "\xa0", "\x85", "\u2003", "\u2028", "\u1680", "\u205f"]
+
+
+def _u15_text(n: int, seed: int, *, ascii_every: int = 0) -> bytes:
+    """Words separated by multi-byte Unicode whitespace (and, if ascii_every, now and then a
+    space or a newline)."""
+    rng = np.random.default_rng(seed)
+    vocab = ["alpha", "Beta", "東京", "café", "ΟΔΟΣ", "x"]
+    out = []
+    for i in range(n):
+        out.append(vocab[int(rng.integers(len(vocab)))])
+        if ascii_every and i % ascii_every == 0:
+            out.append("\n" if i % (2 * ascii_every) else " ")
+        else:
+            out.append(_U15_WS[int(rng.integers(len(_U15_WS)))])
+    return "".join(out).encode()
+
+
+def test_unicode_whitespace_splits_words_in_text_and_binary_input(tmp_path):
+    """U+3000, U+00A0, U+0085 and the other Unicode spaces end a word like a space does,
+    also where they appear among binary bytes; no stored word holds whitespace."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(_u15_text(3000, 1, ascii_every=17)
+                    + b"\x00\xff\xe3\x80\x80bin\xc2\xa0ary\xc2\x85zz\xe3\x80\n" + bytes(range(256)) * 3)
+    out = tmp_path / "c.h5"
+    proc = run_py(["-m", "mpidwe.preprocess", str(src), "--output", str(out), "--min-count", "1", "--lowercase"])
+    assert proc.returncode == 0, proc.stderr
+    with Corpus(str(out)) as c:
+        words = c.words
+    assert {"alpha", "beta", "東京", "café", "οδος", "x", "bin", "ary", "zz\ufffd"} <= set(words)
+    assert not [w for w in words if any(ch.isspace() for ch in w)]
+
+
+@pytest.mark.mpi
+def test_unicode_whitespace_p_ranks_identical_to_one_rank(tmp_path):
+    """A 2.5 MB line whose only separators are multi-byte whitespace (so rank ranges end at
+    them, not at a newline) and a line-structured file: P = 1, 2, 3 write the same corpus."""
+    (tmp_path / "long.txt").write_bytes(_u15_text(300_000, 2))
+    (tmp_path / "lines.txt").write_bytes(_u15_text(20_000, 3, ascii_every=9))
+    results = []
+    for p in (1, 2, 3):
+        out = tmp_path / f"u-{p}.h5"
+        run_mpi(p, ["-m", "mpidwe.preprocess", "long.txt", "lines.txt", "--output", str(out), "--min-count", "1",
+                    "--sentence-length", "50", "--block-bytes", "4096"], cwd=tmp_path)
+        results.append(read(out))
+    words = [w.decode() for w in results[0][0]["vocab/words"]]
+    assert not [w for w in words if any(ch.isspace() for ch in w)] and "東京" in words
+    for data, attrs in results[1:]:
+        for k in DATASETS:
+            assert np.array_equal(results[0][0][k], data[k]), k
+        assert attrs["corpus_id"] == results[0][1]["corpus_id"]
+# ------------------------------- end of issue 15, item 2 block
