@@ -70,10 +70,12 @@ class DirLock:
 
     NAME = ".mpidwe.lock"
 
-    def __init__(self, directory: str, what: str, *, beat: float = 30.0, stale_after: float = 300.0):
+    def __init__(self, directory: str, what: str, *, name: str = NAME, beat: float = 30.0,
+                 stale_after: float = 300.0):
         import socket
 
-        self.path = os.path.join(directory, self.NAME)
+        self.path = os.path.join(directory, name)
+        self.target = None           # what the message names as locked (default: the folder)
         self.what, self.beat, self.stale_after = what, beat, stale_after
         self.me = {"host": socket.gethostname(), "pid": os.getpid(),
                    "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "since": _now()}
@@ -93,7 +95,7 @@ class DirLock:
                 why = self._stale(holder)
                 if why is None:
                     raise InputError(
-                        f"{os.path.dirname(self.path)} is in use by another {self.what} (host "
+                        f"{self.target or os.path.dirname(self.path)} is in use by another {self.what} (host "
                         f"{holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {holder.get('since', '?')}); "
                         f"wait for it, or if it is gone remove {self.path}") from None
                 if warn:

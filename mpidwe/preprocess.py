@@ -37,7 +37,7 @@ from . import corpus as corpus_io
 from .comm import Comm, run_main
 from .config import PreprocessConfig, parse_command, to_json
 from .errors import InputError
-from .fsutil import fsync_dir
+from .fsutil import DirLock, fsync_dir
 from .text import ScanStats, TextOptions, describe_source, find_boundaries, scan_rank
 
 PROG = "python -m mpidwe.preprocess"
@@ -249,8 +249,29 @@ def _spool_stdin(path: str) -> str:
     return path
 
 
+def _lock_output(cfg: PreprocessConfig, log) -> DirLock | None:
+    """Rank 0 holds ``.OUT.lock`` beside the output for the whole run, so a second run to the
+    same output is refused instead of one silently overwriting the other (its "exists"
+    check only sees the output once it is finished). No folder: _start says so."""
+    folder = os.path.dirname(os.path.abspath(cfg.output))
+    if not os.path.isdir(folder):
+        return None
+    lock = DirLock(folder, "preprocess run", name=f".{os.path.basename(cfg.output)}.lock")
+    lock.target = cfg.output
+    return lock.acquire(warn=log)
+
+
 def run(cfg: PreprocessConfig, comm: Comm, *, log=print) -> dict:
     """Preprocess ``cfg.inputs`` into ``cfg.output`` on every rank of ``comm``."""
+    lock = comm.on_root(_lock_output, cfg, log, broadcast=False)
+    try:
+        return _locked_run(cfg, comm, log)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _locked_run(cfg: PreprocessConfig, comm: Comm, log) -> dict:
     t0 = time.perf_counter()
     tag = comm.on_root(_start, cfg, log)
     part_paths = [_tmp_path(cfg.output, f"part{r}", tag) for r in range(comm.size)]

@@ -552,3 +552,37 @@ def test_unicode_whitespace_p_ranks_identical_to_one_rank(tmp_path):
             assert np.array_equal(results[0][0][k], data[k]), k
         assert attrs["corpus_id"] == results[0][1]["corpus_id"]
 # ------------------------------- end of issue 15, item 2 block
+
+
+# ----------------------------------- two runs to one output (issue 15, item 4)
+def test_a_second_run_to_the_same_output_is_refused_while_the_first_runs(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from conftest import mpi_env
+
+    out = tmp_path / "c.h5"
+    # the first run reads standard input that we hold open: it keeps running
+    first = subprocess.Popen([sys.executable, "-m", "mpidwe.preprocess", "-", "--output", str(out)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=mpi_env())
+    try:
+        lock = tmp_path / ".c.h5.lock"
+        for _ in range(200):
+            if lock.exists():
+                break
+            time.sleep(0.05)
+        assert lock.exists()
+        (tmp_path / "t.txt").write_text("a b c a b a\n" * 20)
+        second = subprocess.run([sys.executable, "-m", "mpidwe.preprocess", str(tmp_path / "t.txt"), "--output",
+                                 str(out), "--force", "--min-count", "1"], capture_output=True, text=True,
+                                timeout=60, env=mpi_env())
+        assert second.returncode == 2, second.stderr
+        assert f"{out} is in use by another preprocess run" in second.stderr and f"pid {first.pid}" in second.stderr
+        stdout, stderr = first.communicate("x y z x y x\n" * 20, timeout=60)
+        assert first.returncode == 0, stderr
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert out.exists() and not lock.exists()
