@@ -206,6 +206,9 @@ class Corpus:
                                              "--output CORPUS.h5") from None
         try:
             self._check()
+        except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:
+            self._f.close()
+            raise InputError(f"{path} is damaged: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         except Exception:
             self._f.close()
             raise
@@ -224,6 +227,31 @@ class Corpus:
                              f"{n_tokens} tokens stored")
         self.n_words, self.n_tokens = int(n_words), int(n_tokens)
         self.n_sentences = int(f[D_SENTENCES].shape[0])
+        if A_CORPUS_ID not in f.attrs:
+            raise InputError(f"{path} is damaged: it has no corpus id")
+
+    def verify(self, block: int = COPY_ITEMS) -> None:
+        """Recompute the corpus id from what is stored (vocabulary, counts, every token, the
+        sentence starts; the same digest ``stitch_parts`` made) and refuse a mismatch: a flipped
+        byte anywhere would otherwise train silently on wrong data. Streams ``block`` tokens
+        at a time; about 0.3 s for 16M tokens."""
+        f = self._f
+        try:
+            digest = hashlib.sha256("\n".join(self.words).encode("utf-8"))
+            digest.update(np.asarray(f[D_COUNTS][:], dtype=np.int64).tobytes())
+            tokens = f[D_TOKENS]
+            for a in range(0, self.n_tokens, block):
+                digest.update(np.asarray(tokens[a:a + block], dtype=np.int32).tobytes())
+            sent = hashlib.sha256()
+            starts = f[D_SENTENCES]
+            for a in range(0, self.n_sentences, block):
+                sent.update(np.asarray(starts[a:a + block], dtype=np.int64).tobytes())
+            digest.update(sent.digest())
+        except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:
+            raise InputError(f"{self.path} is damaged: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        if digest.hexdigest() != self.corpus_id:
+            raise InputError(f"{self.path} is damaged: its content does not match its corpus id "
+                             f"{self.corpus_id[:12]} (preprocess it again)")
 
     # -- metadata
     @property

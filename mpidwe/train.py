@@ -307,6 +307,8 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
     corpus = comm.agree(Corpus, corpus_path)
     try:
+        if cfg.verify_corpus:
+            comm.on_root(corpus.verify, broadcast=False)
         if stop is not None:
             return _train(cfg, comm, corpus, log, stop)
         with StopRequest() as own:

@@ -223,3 +223,22 @@ def test_a_full_disk_gives_one_line_and_leaves_no_partial_file(demo, tmp_path, t
     for p in checkpoint.list_checkpoints(str(out / "checkpoints")):
         checkpoint.load(p)                                      # what was written is whole
     assert not (out / ".mpidwe.lock").exists()
+
+
+def test_a_changed_corpus_is_refused_before_training(demo, tmp_path):
+    """A flipped token or sentence start used to train silently: the stored corpus id was
+    never checked against the content."""
+    import h5py
+
+    from mpidwe.corpus import D_SENTENCES, D_TOKENS, Corpus
+
+    for dataset in (D_TOKENS, D_SENTENCES):
+        bad = tmp_path / f"bad-{dataset.replace('/', '_')}.h5"
+        shutil.copy(demo / "corpus.h5", bad)
+        with h5py.File(bad, "r+") as f:
+            f[dataset][5] = f[dataset][5] + 1
+        with pytest.raises(InputError, match="does not match its corpus id"):
+            train(cfg(demo, tmp_path / "t", corpus=str(bad)), Comm.serial(), log=None)
+        assert not (tmp_path / "t" / "metrics.jsonl").exists()
+    Corpus(str(demo / "corpus.h5")).verify()                   # the real one passes
+    train(cfg(demo, tmp_path / "u", corpus=str(bad), verify_corpus=False, epochs=1), Comm.serial(), log=None)
