@@ -226,9 +226,3 @@ class Synchronizer:
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
         return _apply_dense(base, param, delta, divisors, counts)
-
-    # -- state for checkpoints: the base equals the parameters right after a sync
-    def reset(self, params: list[np.ndarray]) -> None:
-        if self.comm.size > 1:
-            for base, p in zip(self.base, params):
-                base[:] = p
