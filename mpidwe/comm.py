@@ -236,6 +236,9 @@ class Comm:
         sys.stdout.flush()
         sys.stderr.flush()
         if self._comm is not None and self.size > 1:
+            from . import deathwatch
+
+            deathwatch.claim()     # this rank said why; no watcher blames the ranks MPI now kills
             self._comm.Abort(code)
         os._exit(code)
 

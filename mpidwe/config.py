@@ -9,13 +9,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import difflib
 import math
-import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+
+try:
+    import tomllib  # novermin (3.11+; tomli below on 3.10)
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 
 def opt(default, help, *, choices=None, flag=None, positional=False, nargs=None):
@@ -218,17 +223,74 @@ class PreprocessConfig:
         _check(bool(self.output), "--output must not be empty")
 
 
+# Option names users bring from gensim (Word2Vec(...) keywords), word2vec's C tool (-size ...)
+# and fastText (-dim ...), mapped to what mpidwe calls them, for the error that meets them.
+FOREIGN_OPTIONS = {
+    "train": {
+        "size": "--dim", "vector_size": "--dim", "dim": "--dim",
+        "iter": "--epochs", "epoch": "--epochs", "epochs": "--epochs",
+        "alpha": "--lr", "lr": "--lr", "min_alpha": "--min-lr-ratio (min_alpha / alpha)",
+        "cbow": "--model cbow (or --model skipgram)", "sg": "--model skipgram (or --model cbow)",
+        "workers": "--threads", "thread": "--threads", "threads": "--threads",
+        "ws": "--window", "window": "--window", "neg": "--negative", "negative": "--negative",
+        "t": "--sample", "sample": "--sample", "seed": "--seed",
+        "min_count": "python -m mpidwe.preprocess --min-count (the vocabulary is built there)",
+        "mincount": "python -m mpidwe.preprocess --min-count (the vocabulary is built there)",
+        "max_vocab_size": "python -m mpidwe.preprocess --max-vocab",
+        "max_final_vocab": "python -m mpidwe.preprocess --max-vocab",
+        "train": "--corpus (a corpus made by python -m mpidwe.preprocess TEXT)",
+        "input": "--corpus (a corpus made by python -m mpidwe.preprocess TEXT)",
+        "corpus_file": "--corpus (a corpus made by python -m mpidwe.preprocess TEXT)",
+        "output": "--out (the run directory; vectors.txt is written there)",
+        "binary": "python -m mpidwe.inspect RUN_DIR export --format word2vec-binary -o FILE after training",
+        "hs": "--negative (mpidwe trains with negative sampling)",
+    },
+    "preprocess": {
+        "min_count": "--min-count", "mincount": "--min-count", "max_vocab_size": "--max-vocab",
+        "max_final_vocab": "--max-vocab", "train": "INPUT (a positional argument)",
+        "input": "INPUT (a positional argument)", "output": "--output", "max_sentence_length":
+        "--sentence-length", "lower": "--lowercase",
+    },
+}
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as a ConfigError (one line, no usage dump)."""
+    """argparse that reports a bad command line as a ConfigError (one line, no usage dump),
+    with a suggestion for option names from gensim, word2vec and fastText (``foreign``)."""
+
+    def __init__(self, *args, foreign: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.foreign = foreign or {}
 
     def error(self, message):
-        raise ConfigError(f"{message} (see {self.prog} --help)")
+        hints = self.suggestions(message)
+        tail = f"; {'; '.join(hints)}" if hints else ""
+        raise ConfigError(f"{message}{tail} (see {self.prog} --help)")
+
+    def suggestions(self, message: str) -> list[str]:
+        """``did you mean`` for every unknown option word in an argparse message."""
+        known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        out = []
+        for word in message.replace(",", " ").split():
+            if not word.startswith("-") or word in known or word in ("-h", "--help", "-"):
+                continue
+            name = word.lstrip("-").split("=", 1)[0]
+            key = name.replace("-", "_").lower()
+            if key in self.foreign:
+                out.append(f"{word}: use {self.foreign[key]}")
+                continue
+            dashed = "--" + name.replace("_", "-")
+            close = [dashed] if dashed in known else difflib.get_close_matches(dashed, known, n=1, cutoff=0.75)
+            if close:
+                out.append(f"{word}: did you mean {close[0]}?")
+        return out
 
 
 def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: bool = False):
     """argv -> frozen ``cls``. With ``config_file_flag``, ``--config FILE`` (TOML) gives
     defaults and flags override them."""
-    parser = _Parser(prog=prog, description=description)
+    parser = _Parser(prog=prog, description=description,
+                     foreign=FOREIGN_OPTIONS.get(prog.split(".")[-1].split()[-1], {}))
     if config_file_flag:
         parser.add_argument("--config", help="TOML file with the same options (flags override it)")
     add_arguments(parser, cls, defaults_from_file=config_file_flag)
@@ -263,7 +325,7 @@ class TrainConfig:
     sample: float = opt(1e-4, "subsampling threshold for frequent words (0 disables)")
     lr: float = opt(0.025, "starting learning rate (word2vec uses 0.025 for skip-gram, 0.05 for cbow)")
     min_lr_ratio: float = opt(1e-4, "final learning rate as a fraction of --lr")
-    epochs: int = opt(1, "passes over the corpus")
+    epochs: int = opt(5, "passes over the corpus (5, as gensim, word2vec and fastText)")
     seed: int = opt(1, "random seed (initialisation, subsampling, windows, negatives)")
     sync: str = opt("sparse", "what travels when ranks combine: sparse (only rows some rank touched), "
                     "dense (all-reduce of the whole matrices) or average (whole matrices, classic model "
@@ -296,7 +358,12 @@ class TrainConfig:
                               "about 0.3 s per 16M tokens) and refuse a damaged file")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
     log_every: int = opt(1, "write a metrics line every this many syncs")
-    progress: bool = opt(True, "show a progress bar on rank 0 (tqdm, standard error)")
+    progress: bool = opt(True, "show a progress bar on rank 0 when standard error is a terminal (tqdm); "
+                         "otherwise, and with --no-progress, rank 0 logs a plain timestamped line every "
+                         "--log-seconds")
+    log_seconds: float = opt(30.0, "seconds between plain progress lines (percent, words, loss, lr, words/s, "
+                             "ETA, the slowest rank's compute and communication share; Python logging, "
+                             "logger mpidwe.train) when no bar is shown; 0: none")
     export: bool = opt(True, "write the final vectors as word2vec text (RUN_DIR/vectors.txt)")
     checkpoint_every: int = opt(0, "write a checkpoint every this many words (all ranks); 0: only "
                                 "at the end and on SIGTERM/SIGUSR1")
@@ -315,6 +382,7 @@ class TrainConfig:
         _positive("keep_checkpoints", self.keep_checkpoints)
         _positive("checkpoint_every", self.checkpoint_every, allow_zero=True)
         _positive("checkpoint_minutes", self.checkpoint_minutes, allow_zero=True)
+        _positive("log_seconds", self.log_seconds, allow_zero=True)
         _positive("eval_every", self.eval_every, allow_zero=True)
         _positive("eval_restrict_vocab", self.eval_restrict_vocab)
         _positive("sync_every", self.sync_every, allow_zero=True)

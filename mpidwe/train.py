@@ -22,13 +22,14 @@ import numpy as np
 from . import __version__
 from .comm import Comm, run_main
 from .config import TrainConfig, parse_command, to_dict
-from . import checkpoint
+from . import checkpoint, deathwatch
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
 from .kernels.common import learning_rate as kernel_learning_rate
 from .fsutil import DirLock, atomic_write, reason, remove_leftovers
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .guard import DivergenceGuard
+from .progress import ProgressLog, bar_wanted, setup_cli_logging
 from .sync import Synchronizer, lr_scale
 from .vocab import keep_probabilities, negative_table
 
@@ -346,6 +347,7 @@ def _take_run_dir(cfg: TrainConfig, log) -> DirLock:
     the temporary files a killed run left there: under the lock none can be a live one."""
     _check_writable(cfg)
     lock = DirLock(cfg.out, "training run").acquire(warn=log)
+    deathwatch.clear(cfg.out)
     for folder in (cfg.out, os.path.join(cfg.out, "checkpoints")):
         gone = remove_leftovers(folder)
         if gone and log:
@@ -524,12 +526,14 @@ class RoundTotals:
     examples: float
     stop: bool                 # some rank got SIGTERM/SIGUSR1
     due: bool                  # rank 0's clock says a timed checkpoint is due
+    log_due: bool = False      # rank 0's clock says a progress line is due
 
     @classmethod
-    def agree(cls, comm: Comm, words: int, loss: float, examples: float, stop: bool, due: bool) -> "RoundTotals":
-        a = np.array([words, loss, examples, float(stop), float(due)], dtype=np.float64)
+    def agree(cls, comm: Comm, words: int, loss: float, examples: float, stop: bool, due: bool,
+              log_due: bool = False) -> "RoundTotals":
+        a = np.array([words, loss, examples, float(stop), float(due), float(log_due)], dtype=np.float64)
         comm.allreduce_(a)
-        return cls(int(a[0]), float(a[1]), float(a[2]), a[3] > 0, a[4] > 0)
+        return cls(int(a[0]), float(a[1]), float(a[2]), a[3] > 0, a[4] > 0, a[5] > 0)
 
 
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
@@ -543,6 +547,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
             state = fresh_state(cfg, plan, comm, corpus.n_words)
         trainer = Trainer(cfg, comm, corpus, plan, state, log, stop)   # reads the evaluation files
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
+        comm.barrier()    # the old marker is gone before any watcher starts
+        deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
         return trainer.run()
     finally:
         if lock is not None:
@@ -578,6 +584,11 @@ class Trainer:
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
         self.evaluator = comm.on_root(Evaluator, cfg, self.words, self._pip_reference(), broadcast=False)
         self.compute_s = 0.0
+        self.local_words = 0          # words this rank trained in this process
+        # resumes so far: one more than the checkpoint's last record says
+        self.restarts = (int(state.history[-1].get("restarts", 0)) + 1 if state.history
+                         else int(state.progress.words_done > 0))
+        self.last_rank_words: np.ndarray | None = None   # rank 0: per-rank words at the last record
 
     def _pip_reference(self):
         """Computed once by all ranks (cached beside the corpus), before training."""
@@ -605,6 +616,7 @@ class Trainer:
                 words_total=self.plan.words_total, threads=self.plan.threads,
                 shared_negatives=self.shared_negatives)
             words += n_words
+            self.local_words += n_words
             loss += l
             examples += n_ex
             if bar is not None:
@@ -637,6 +649,9 @@ class Trainer:
         p = state.progress
         metrics = MetricsLog(os.path.join(cfg.out, "metrics.jsonl") if comm.is_root else None)
         bar = _progress_bar(cfg, plan.words_total, p.words_done) if comm.is_root else None
+        ticker = (ProgressLog(cfg.log_seconds, plan.words_total, p.words_done)
+                  if comm.is_root and bar is None and cfg.log_seconds > 0 else None)
+        run_loss = np.zeros(2)                 # loss sum, examples since this process started
         t_start = time.perf_counter()
         words_at_start = p.words_done
         last_ckpt_words, last_ckpt_time, last_eval_words = p.words_done, t_start, p.words_done
@@ -649,11 +664,15 @@ class Trainer:
                 max_abs = self.syncer.sync([state.w_in, state.w_out], self.touched)
                 due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
                                and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)
-                totals = RoundTotals.agree(comm, words, loss, examples, self.stop.requested, due_by_time)
+                totals = RoundTotals.agree(comm, words, loss, examples, self.stop.requested, due_by_time,
+                                           ticker is not None and ticker.due())
                 self.check_divergence(rnd, totals, max_abs)
                 p.round, p.words_done = rnd + 1, p.words_done + totals.words
                 p.lr = learning_rate(cfg, p.words_done, plan.words_total)
                 window += (totals.loss, totals.examples)
+                run_loss += (totals.loss, totals.examples)
+                if totals.log_due:
+                    self.progress_line(ticker, run_loss)
                 last = rnd == plan.rounds - 1
                 if (rnd + 1) % cfg.log_every == 0 or last or totals.stop:
                     due_eval = bool(cfg.eval_every and p.words_done - last_eval_words >= cfg.eval_every) or last
@@ -685,15 +704,26 @@ class Trainer:
                          stopped, ckpt_path)
 
     # ---------------------------------------------------------------- log, checkpoint, end
+    def progress_line(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
+        """Every rank: gather compute and communication seconds; rank 0 logs the line."""
+        per_rank = self.comm.gather((self.compute_s, self.syncer.stats.comm_seconds))
+        if ticker is not None:
+            p = self.state.progress
+            ticker.emit(p.words_done, run_loss[0], run_loss[1], p.lr, np.array(per_rank, dtype=np.float64))
+
     def metrics_record(self, window, elapsed: float, last_log, words_at_start: int, due_eval: bool) -> dict | None:
         """Gather every rank's timings; rank 0 builds the record (others get None)."""
         s = self.syncer.stats
         per_rank = self.comm.gather((self.comm.stats.bytes_sent, self.comm.stats.seconds, self.compute_s,
-                                     s.comm_seconds, s.array_seconds, s.bytes_sent))
+                                     s.comm_seconds, s.array_seconds, s.bytes_sent, self.local_words))
         if not self.comm.is_root:
             return None
         p, cfg = self.state.progress, self.cfg
+        rank_words = np.array([r[6] for r in per_rank], dtype=np.float64)
+        since = rank_words - (self.last_rank_words if self.last_rank_words is not None else 0)
+        self.last_rank_words = rank_words
         record = {
+            "time": round(time.time(), 3), "restarts": self.restarts,
             "step": p.round, "rounds": self.plan.rounds, "words": p.words_done,
             "epoch": p.words_done / max(self.corpus.n_tokens, 1),
             # null when no rank trained an example since the last line (a 0 would read as a fit)
@@ -702,6 +732,8 @@ class Trainer:
             # since the last line (what the machine does now) and since the start
             "words_per_s": (p.words_done - last_log[0]) / max(elapsed - last_log[1], 1e-9),
             "words_per_s_run": (p.words_done - words_at_start) / max(elapsed, 1e-9),
+            # each rank's own words per wall second since the last line (a slow rank shows here)
+            "words_per_s_rank": [round(float(w) / max(elapsed - last_log[1], 1e-9), 1) for w in since],
             "seconds": elapsed, "syncs": s.syncs,
             "comm_bytes": [int(r[0]) for r in per_rank],
             "comm_seconds": [round(r[1], 4) for r in per_rank],
@@ -807,7 +839,7 @@ class Evaluator:
 
 
 def _progress_bar(cfg: TrainConfig, total: int, initial: int = 0):
-    if not cfg.progress:
+    if not bar_wanted(cfg.progress):     # batch logs get plain lines instead (mpidwe.progress)
         return None
     from tqdm import tqdm
 
@@ -823,6 +855,7 @@ def _body(argv, comm: Comm, stop: StopRequest) -> int:
 
 
 def main(argv=None) -> int:
+    setup_cli_logging()
     # catch a time-limit signal that arrives while MPI and the corpus are still starting up
     with StopRequest() as stop:
         return run_main(PROG, lambda a, c: _body(a, c, stop), argv)

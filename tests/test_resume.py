@@ -18,7 +18,7 @@ from mpidwe.preprocess import run as preprocess
 from conftest import error_lines, make_demo_corpus, mpi_command, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
-FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000", "--keep-checkpoints", "100"]
+FLAGS = ["--epochs", "1", "--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000", "--keep-checkpoints", "100"]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,9 @@ def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks):
     # the metrics history continues where it stopped
     ck = checkpoint.load(checkpoint.list_checkpoints(str(part / "checkpoints"))[-1])
     assert [m["step"] for m in ck.metrics] == list(range(1, ck.progress.rounds + 1))
+    # and counts the restart: records before the resume say 0, after it 1
+    restarts = [m["restarts"] for m in ck.metrics]
+    assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
 
 
 def test_resume_refuses_incompatible_runs(corpus, tmp_path):

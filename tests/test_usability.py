@@ -1,0 +1,222 @@
+"""The command line as users meet it: console scripts, start-up cost, Python versions,
+option names from other tools, batch-log progress lines, and a rank that dies silently."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpidwe import deathwatch
+from mpidwe.config import TrainConfig, PreprocessConfig, parse_command
+from mpidwe.errors import ConfigError
+from mpidwe.progress import ProgressLog, bar_wanted
+
+from conftest import ROOT, make_demo_corpus, mpi_command, mpi_env, run_mpi, run_py
+
+LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d mpidwe\.train: \d+\.\d% \S+/\S+ words, loss (\d+\.\d+|-), "
+                  r"lr \d\.\d+, \S+ words/s, ETA (\d+:\d\d:\d\d|\?); ")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_demo_corpus(tmp_path_factory.mktemp("usability"), tokens=200_000, seed=5) / "corpus.h5"
+
+
+def console_script() -> str:
+    exe = Path(sys.executable).parent / "mpidwe"
+    found = str(exe) if exe.exists() else shutil.which("mpidwe")
+    assert found, "the mpidwe console script is not installed (pip install -e .)"
+    return found
+
+
+# ------------------------------------------------------------------ packaging
+def test_console_script_runs_every_command(tmp_path):
+    exe = console_script()
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for name in ("train", "preprocess", "evaluate", "inspect", "synth"):
+        assert re.search(rf"^  {name} ", out.stdout, re.M), out.stdout
+        sub = subprocess.run([exe, name, "--help"], capture_output=True, text=True, timeout=120)
+        assert sub.returncode == 0 and "usage:" in sub.stdout, (name, sub.stderr)
+    bad = subprocess.run([exe, "trian"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown command 'trian'" in bad.stderr
+    made = subprocess.run([exe, "synth", "--output", str(tmp_path / "d"), "--tokens", "5000"],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and (tmp_path / "d" / "demo.txt").stat().st_size > 0, made.stderr
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("mpidwe ")
+
+
+def test_training_module_imports_without_scipy_stats_or_torch():
+    """Every rank imports mpidwe.train: scipy.stats (1.5 s) and torch load only when used."""
+    code = "import sys, mpidwe.train; print(sorted(m for m in ('scipy.stats', 'torch') if m in sys.modules))"
+    proc = run_py(["-c", code], timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_code_runs_on_python_3_10():
+    """setup.cfg promises Python >= 3.10: vermin checks no newer syntax or module is used
+    (tomllib has the tomli fallback)."""
+    vermin = Path(sys.executable).parent / "vermin"
+    assert vermin.exists(), "vermin is a test dependency (pip install -e .[test])"
+    proc = subprocess.run([str(vermin), "-t=3.10-", "--violations", "--no-tips", "--eval-annotations",
+                           str(ROOT / "mpidwe")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'python_requires = >=3.10' in (ROOT / "setup.cfg").read_text()
+    assert 'tomli>=1.1; python_version < "3.11"' in (ROOT / "setup.cfg").read_text()
+
+
+# ------------------------------------------------------------------ options
+@pytest.mark.parametrize("argv, hint", [
+    (["--size", "100"], "--size: use --dim"),
+    (["-size", "100", "-iter", "3"], "-iter: use --epochs"),
+    (["--vector_size=50"], "use --dim"),
+    (["--min_count", "5"], "python -m mpidwe.preprocess --min-count"),
+    (["--cbow", "1"], "--model cbow"),
+    (["--workers", "4"], "--threads"),
+    (["--alpha", "0.05"], "--lr"),
+    (["--sync_every", "5000"], "did you mean --sync-every?"),
+    (["--sync-evry", "5000"], "did you mean --sync-every?"),
+])
+def test_gensim_and_word2vec_option_names_get_a_suggestion(argv, hint):
+    with pytest.raises(ConfigError) as e:
+        parse_command(TrainConfig, argv, prog="python -m mpidwe.train", description="", config_file_flag=True)
+    assert hint in str(e.value) and "\n" not in str(e.value)
+
+
+def test_preprocess_option_names_get_a_suggestion():
+    with pytest.raises(ConfigError, match="--min_count: use --min-count"):
+        parse_command(PreprocessConfig, ["x.txt", "--min_count", "3"], prog="python -m mpidwe.preprocess",
+                      description="")
+
+
+def test_defaults_match_the_peers_and_the_help_says_so():
+    assert TrainConfig().epochs == 5
+    proc = run_py(["-m", "mpidwe.train", "--help"], timeout=120)
+    text = " ".join(proc.stdout.split())
+    assert "passes over the corpus (5, as gensim, word2vec and fastText) (default: 5)" in text
+    doc = (ROOT / "docs" / "running.md").read_text()
+    assert "| epochs | `--epochs 5` | `epochs=5` | `-iter 5` | `-epoch 5` |" in doc
+
+
+# ------------------------------------------------------------------ progress lines
+def test_progress_line_reports_rates_eta_and_the_slowest_rank():
+    clock = iter([0.0, 10.0, 20.0]).__next__
+    t = ProgressLog(5.0, 1_000_000, 0, now=clock)       # created at t = 0
+    line = t.line(250_000, 500.0, 200.0, 0.02, np.array([[8.0, 1.0], [9.0, 0.5]]))   # at t = 10
+    assert line.startswith("25.0% 250.0k/1.00M words, loss 2.5000, lr 0.02000, 25.0k words/s, ETA 0:00:30")
+    assert line.endswith("slowest rank 1: compute 90%, comm 5%")
+    line = t.line(500_000, 800.0, 400.0, 0.01, np.array([[17.0, 2.0], [14.0, 5.0]]))  # at t = 20
+    assert "loss 1.5000" in line and "ETA 0:00:20" in line and line.endswith("slowest rank 0: compute 90%, comm 10%")
+
+
+def test_no_bar_without_a_terminal(tmp_path):
+    with open(tmp_path / "log", "w") as fh:
+        assert not bar_wanted(True, fh)
+
+
+@pytest.mark.mpi
+def test_batch_log_gets_timestamped_lines_and_metrics_get_wall_time(corpus, tmp_path):
+    run = tmp_path / "run"
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(run), "--dim", "16",
+                       "--threads", "1", "--epochs", "3", "--sync-every", "5000", "--log-seconds", "0.2"],
+                   timeout=180)
+    lines = [ln for ln in proc.stderr.splitlines() if "mpidwe.train:" in ln]
+    assert lines and all(LINE.match(ln) for ln in lines), proc.stderr
+    assert all("slowest rank" in ln for ln in lines)
+    assert "\r" not in proc.stderr          # no progress bar in a log file
+    records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    now = time.time()
+    assert all(now - 600 < r["time"] <= now for r in records)
+    assert [r["time"] for r in records] == sorted(r["time"] for r in records)
+    assert all(r["restarts"] == 0 and len(r["words_per_s_rank"]) == 2 for r in records)
+    assert all(min(r["words_per_s_rank"]) > 0 for r in records[1:])
+    # --no-progress --log-seconds 0: silent apart from the summary
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(tmp_path / "quiet"),
+                       "--dim", "16", "--threads", "1", "--epochs", "1", "--no-progress", "--log-seconds", "0"])
+    assert "mpidwe.train:" not in proc.stderr
+
+
+# ------------------------------------------------------------------ a rank that dies
+@pytest.fixture
+def fresh_watch(monkeypatch):
+    monkeypatch.setattr(deathwatch, "_active", None)
+
+
+def test_watcher_is_quiet_for_a_rank_that_ends_through_python(tmp_path, fresh_watch, capfd):
+    w = deathwatch.start(str(tmp_path), 1, 4)
+    w.disarm()
+    assert w.proc.returncode == 0 and not (tmp_path / deathwatch.MARKER).exists()
+    assert capfd.readouterr().err == ""
+
+
+def test_watcher_names_a_rank_that_vanished_and_only_once(tmp_path, fresh_watch, capfd):
+    w = deathwatch.start(str(tmp_path), 3, 4)
+    w.proc.stdin.close()                     # what the kernel does when the rank is killed
+    w.proc.wait(timeout=30)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "rank 3 of 4 (pid" in err and "died without an error message" in err
+    assert (tmp_path / deathwatch.MARKER).exists()
+    deathwatch._active = None
+    w2 = deathwatch.start(str(tmp_path), 0, 4)   # a second rank killed in the clean-up: quiet
+    w2.proc.stdin.close()
+    w2.proc.wait(timeout=30)
+    assert capfd.readouterr().err == ""
+
+
+def test_a_rank_that_aborts_after_its_error_keeps_the_watchers_quiet(tmp_path, fresh_watch, capfd):
+    w = deathwatch.start(str(tmp_path), 2, 4)
+    deathwatch.claim()
+    assert w.proc.returncode == 0 and (tmp_path / deathwatch.MARKER).exists()
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.mpi
+def test_kill_9_of_one_rank_names_it(corpus, tmp_path):
+    run = tmp_path / "run"
+    cmd = mpi_command(3, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(run), "--dim", "16",
+                          "--threads", "1", "--epochs", "400", "--no-progress", "--log-seconds", "0"])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    try:
+        deadline = time.time() + 120
+        while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text():
+            assert time.time() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        victim = _rank_pid(run, 1, proc)
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    died = [ln for ln in err.splitlines() if "died without an error message" in ln]
+    assert len(died) == 1 and f"rank 1 of 3 (pid {victim} on" in died[0], err
+
+
+def _rank_pid(run: Path, rank: int, proc) -> int:
+    """The PID of one rank: the training processes that hold RUN_DIR as --out, ordered by
+    the MPI rank each reports in its environment (MPICH: PMI_RANK, Open MPI: OMPI_COMM_WORLD_RANK)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            if b"mpidwe.train" not in cmdline or str(run).encode() not in cmdline:
+                continue
+            env = dict(kv.split(b"=", 1) for kv in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        r = env.get(b"PMI_RANK") or env.get(b"OMPI_COMM_WORLD_RANK")
+        if r is not None and int(r) == rank:
+            return int(pid)
+    raise AssertionError(f"rank {rank} of the job not found")
