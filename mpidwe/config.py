@@ -369,7 +369,12 @@ class TrainConfig:
                                 "at the end and on SIGTERM/SIGUSR1")
     checkpoint_minutes: float = opt(0.0, "also write a checkpoint every this many minutes (0: off)")
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
-    resume: str | None = opt(None, "auto (newest valid checkpoint in RUN_DIR, if any) or a checkpoint path")
+    resume: str | None = opt(None, "auto (newest valid checkpoint in RUN_DIR, if any) or a checkpoint path; "
+                             "a checkpoint of other ranks, --epochs or --sync-every continues re-planned")
+    init_from: str | None = opt(None, "warm start: a new run starts from this trained model (checkpoint or run "
+                                "directory): rows of words it knows are copied, new words start fresh, the "
+                                "learning-rate schedule starts over; with --resume auto it applies only when "
+                                "RUN_DIR has no checkpoint yet")
     force: bool = opt(False, "start over in a RUN_DIR that already holds a run (its metrics and "
                       "checkpoints are deleted)")
     eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end)")
@@ -409,3 +414,6 @@ class TrainConfig:
                f"(word2vec uses 5-20)")
         _check(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
         _check(bool(self.out), "--out must not be empty")
+        _check(not (self.init_from and self.resume not in (None, "auto")),
+               "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
+               "it applies when RUN_DIR has no checkpoint yet)")

@@ -9,6 +9,8 @@ same order; each rank spreads its own shard evenly over those rounds.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -371,10 +373,11 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
         raise InputError(f"cannot resume from {ck.path}: it was trained on another corpus "
                          f"({ck.config.get('corpus')}, id {ck.corpus_id[:12]}) than {corpus.path} "
                          f"(id {corpus.corpus_id[:12]})")
-    if ck.progress.world_size != world:
-        raise InputError(f"cannot resume from {ck.path}: it was written by {ck.progress.world_size} "
-                         f"rank(s), this job has {world} (shards and RNG streams are per rank; "
-                         f"rerun with -np {ck.progress.world_size})")
+    if ck.progress.words_done > resolved["words_total"]:
+        raise InputError(f"cannot resume from {ck.path}: it has trained {ck.progress.words_done:,} words, "
+                         f"more than --epochs {resolved['epochs']} gives ({resolved['words_total']:,}); "
+                         f"give at least --epochs {ck.config.get('epochs')} or start a new run from it "
+                         f"with --init-from")
     for key in RESUME_MUST_MATCH:
         old, new = ck.config.get(key), resolved.get(key)
         if old != new:
@@ -383,10 +386,107 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 
 
 # options that change what a resumed run would compute; the rest (logging, checkpoint and
-# evaluation cadence, progress bar, guard limits) may change between runs
-RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio", "epochs",
-                     "seed", "sync", "sync_every", "max_local_lr", "block_tokens",
-                     "kernel", "shared_negatives")
+# evaluation cadence, progress bar, guard limits) may change between runs. The number of
+# ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
+# (replan), which continues the run but is not bit-identical to an uninterrupted one.
+RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
+                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives")
+
+
+def needs_replan(progress: checkpoint.Progress, plan: "Plan", world: int) -> bool:
+    """A checkpoint continues exactly only with the plan that wrote it: the same ranks,
+    words and rounds."""
+    return (progress.world_size != world or progress.words_total != plan.words_total
+            or progress.rounds != plan.rounds)
+
+
+def snap_to_sentence(corpus: Corpus, shard: Shard, block_tokens: int, position: int) -> int:
+    """The first sentence start at or after ``position`` in the shard's epoch-repeated
+    stream (a position in the stream: epoch x shard tokens + offset)."""
+    n = shard.n_tokens
+    if n == 0:
+        return 0
+    epoch, offset = divmod(position, n)
+    if offset == 0:
+        return position
+    target = shard.token_start + offset
+    for start, end, local in corpus.block_spans(shard, block_tokens):
+        if end <= target:
+            continue
+        k = int(np.searchsorted(local, target - start))
+        if k < len(local):
+            return epoch * n + int(start + local[k]) - shard.token_start
+    return (epoch + 1) * n           # no sentence starts after it: the next epoch's start
+
+
+def derived_seed(rng_state: np.ndarray, round_: int) -> int:
+    """A seed for fresh RNG streams drawn from a checkpoint's streams (elastic resume)."""
+    digest = hashlib.sha256(np.ascontiguousarray(rng_state, dtype=np.uint64).tobytes()
+                            + round_.to_bytes(8, "little")).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def replan(cfg: TrainConfig, plan: "Plan", comm: Comm, corpus: Corpus,
+           state: checkpoint.TrainingState) -> "Plan":
+    """Continue a checkpoint written by another plan (other ranks, --epochs or --sync-every).
+
+    The run's global progress f = words done / words of the new plan is re-derived over the
+    new shards: rank r starts at f x (its shard's words over all epochs), moved to the next
+    sentence start. The words done become the sum of those starts, so the run ends with
+    exactly the plan's words. The rounds left split each rank's remaining words evenly, at
+    the plan's --sync-every; every rank gets a fresh RNG stream derived from the
+    checkpoint's. The learning rate, the words done and the history continue. Updates
+    ``state.progress`` and ``state.rng_state`` in place and returns the new plan."""
+    p = state.progress
+    fraction = p.words_done / max(plan.words_total, 1)
+    sizes = comm.allgather(plan.shard.n_tokens)
+    own = plan.shard.n_tokens * cfg.epochs
+    start = min(snap_to_sentence(corpus, plan.shard, cfg.block_tokens, int(fraction * own)), own)
+    starts = comm.allgather(start)
+    remaining = [n * cfg.epochs - s for n, s in zip(sizes, starts)]
+    sync_every = plan.resolved["sync_every"]
+    left = max(1, math.ceil(max(remaining) / sync_every)) if max(remaining) > 0 else 0
+    rounds = p.round + left
+    seed = derived_seed(state.rng_state, p.round)
+    width = max(state.rng_state.shape[1], plan.threads)
+    state.rng_state = np.stack([rng_seeds(seed, r, width) for r in range(comm.size)])
+    record = {"from_ranks": p.world_size, "from_words_total": p.words_total, "round": p.round,
+              "rounds": rounds, "starts": [int(s) for s in starts]}
+    p.rounds, p.words_total, p.world_size = rounds, plan.words_total, comm.size
+    p.words_done, p.positions = int(sum(starts)), [int(s) for s in starts]
+    p.lr = learning_rate(cfg, p.words_done, plan.words_total)
+    return with_replan(plan, comm, record)
+
+
+def with_replan(plan: "Plan", comm: Comm, record: dict) -> "Plan":
+    """The plan of a re-planned run (``record`` from :func:`replan`, stored in the run's
+    configuration and so in every later checkpoint, which then resumes exactly)."""
+    start, round0, rounds = record["starts"][comm.rank], record["round"], record["rounds"]
+    targets = np.full(rounds, start, dtype=np.int64)
+    if rounds > round0:
+        targets[round0:] = start + round_targets(plan.shard.n_tokens * plan.resolved["epochs"] - start,
+                                                 rounds - round0)
+    resolved = dict(plan.resolved, rounds=rounds, replan=record)
+    return dataclasses.replace(plan, rounds=rounds, targets=targets, resolved=resolved)
+
+
+def continued_plan(cfg: TrainConfig, plan: "Plan", comm: Comm, corpus: Corpus,
+                   state: checkpoint.TrainingState, record: dict | None, log) -> "Plan":
+    """The plan that continues ``state``: the fresh plan when the checkpoint was written by
+    it, the checkpoint's own re-plan when it was written after one, else a new re-plan."""
+    p = state.progress
+    if record and (record["rounds"] == p.rounds and len(record["starts"]) == comm.size == p.world_size
+                   and p.words_total == plan.words_total):
+        return with_replan(plan, comm, record)
+    if not needs_replan(p, plan, comm.size):
+        return plan
+    old = (p.world_size, p.words_total)
+    plan = replan(cfg, plan, comm, corpus, state)
+    if log:
+        log(f"re-planned the rest of the run: written by {old[0]} rank(s) for {old[1]:,} words, continued "
+            f"on {comm.size} rank(s) for {plan.words_total:,} words from {p.words_done:,} "
+            f"({plan.rounds - p.round} rounds left; not bit-identical to an uninterrupted run)")
+    return plan
 
 
 @dataclass(frozen=True)
@@ -431,9 +531,63 @@ def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, vocab_size: int) -> ch
     return checkpoint.TrainingState(w_in, w_out, progress, rngs, [])
 
 
-def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) -> checkpoint.TrainingState | None:
+def _init_checkpoint(path: str, log) -> checkpoint.Checkpoint:
+    """--init-from: a checkpoint, or a run directory (its newest valid checkpoint)."""
+    if os.path.isdir(path):
+        folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+        ck = checkpoint.latest_valid(folder, warn=log)
+        if ck is None:
+            raise InputError(f"--init-from {path}: no valid checkpoint in {folder}")
+        return ck
+    if not os.path.exists(path):
+        raise InputError(f"--init-from {path}: no such checkpoint or run directory")
+    return checkpoint.load(path)
+
+
+def carried_rows(old_words: list[str], new_words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(new ids, old ids) of the words both vocabularies hold."""
+    old_index = {w: i for i, w in enumerate(old_words)}
+    pairs = [(i, old_index[w]) for i, w in enumerate(new_words) if w in old_index]
+    if not pairs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    new_ids, old_ids = (np.array(x, dtype=np.int64) for x in zip(*pairs))
+    return new_ids, old_ids
+
+
+def warm_start(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, state: checkpoint.TrainingState,
+               log) -> Plan:
+    """--init-from: a new run whose parameters start from a trained model. The rows of words
+    the model knows are copied (both matrices, matched by the word itself, so a grown corpus or
+    another corpus both work); the other rows keep the fresh initialisation. Progress, the
+    learning-rate schedule and the RNG streams are the new run's own. Any rank count works:
+    rank 0 reads the model and broadcasts the result."""
+    def build():
+        ck = _init_checkpoint(cfg.init_from, log)
+        if ck.w_in.shape[1] != cfg.dim:
+            raise InputError(f"--init-from {ck.path}: its vectors have {ck.w_in.shape[1]} dimensions, "
+                             f"--dim is {cfg.dim}")
+        new_ids, old_ids = carried_rows(ck.words, corpus.words)
+        if len(new_ids) == 0:
+            raise InputError(f"--init-from {ck.path}: it shares no word with {corpus.path}")
+        state.w_in[new_ids] = ck.w_in[old_ids]
+        state.w_out[new_ids] = ck.w_out[old_ids]
+        info = {"path": ck.path, "corpus_id": ck.corpus_id, "words_done": ck.progress.words_done,
+                "rows_carried": int(len(new_ids)), "rows_new": int(corpus.n_words - len(new_ids))}
+        if log:
+            log(f"warm start from {ck.path}: {len(new_ids):,} of {corpus.n_words:,} words carried over, "
+                f"{corpus.n_words - len(new_ids):,} new")
+        return info
+
+    info = comm.on_root(build)
+    comm.bcast_array_(state.w_in)
+    comm.bcast_array_(state.w_out)
+    return dataclasses.replace(plan, resolved=dict(plan.resolved, init_from=info))
+
+
+def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log
+               ) -> tuple[checkpoint.TrainingState | None, dict | None]:
     """Rank 0 finds, loads and checks the checkpoint to resume from; every rank receives the
-    training state it holds."""
+    training state it holds, and the re-plan record of its run (None if it was never re-planned)."""
     def find():
         if not cfg.resume:
             return None
@@ -455,20 +609,22 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log) ->
             ck = checkpoint.load(cfg.resume)
         _check_resume(plan.resolved, ck, corpus, comm.size)
         if log:
-            log(f"resuming from {ck.path}: round {ck.progress.round}/{plan.rounds}, "
+            log(f"resuming from {ck.path}: round {ck.progress.round}/{ck.progress.rounds}, "
                 f"{ck.progress.words_done:,} words done")
         return ck
 
     ck = comm.on_root(find, broadcast=False)
-    header = comm.bcast(ck.state.header() if comm.is_root and ck is not None else None)
+    header = comm.bcast(dict(ck.state.header(), replan=ck.config.get("replan"))
+                        if comm.is_root and ck is not None else None)
     if header is None:
-        return None
+        return None, None
+    record = header.pop("replan")
     shape = (corpus.n_words, cfg.dim)
     w_in = ck.w_in if comm.is_root else np.empty(shape, np.float32)
     w_out = ck.w_out if comm.is_root else np.empty(shape, np.float32)
     comm.bcast_array_(w_in)
     comm.bcast_array_(w_out)
-    return checkpoint.TrainingState.from_header(header, w_in, w_out)
+    return checkpoint.TrainingState.from_header(header, w_in, w_out), record
 
 
 def _metrics_until(path: str, history: list[dict]) -> list[str]:
@@ -540,11 +696,15 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     plan = make_plan(cfg, comm, corpus)
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
     try:
-        state = load_state(cfg, plan, comm, corpus, log)
+        state, record = load_state(cfg, plan, comm, corpus, log)
         history = None if state is None else state.history
+        if state is not None:
+            plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
         comm.on_root(_check_run_dir, cfg, state is not None)
         if state is None:
             state = fresh_state(cfg, plan, comm, corpus.n_words)
+            if cfg.init_from:
+                plan = warm_start(cfg, plan, comm, corpus, state, log)
         trainer = Trainer(cfg, comm, corpus, plan, state, log, stop)   # reads the evaluation files
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         comm.barrier()    # the old marker is gone before any watcher starts

@@ -70,8 +70,7 @@ def test_resume_refuses_incompatible_runs(corpus, tmp_path):
     preprocess(PreprocessConfig(inputs=(str(tmp_path / "o.txt"),), output=str(other), min_count=1),
                Comm.serial(), log=None)
     for ranks, extra, msg in [(2, ["--dim", "32"], "--dim is 32 but the checkpoint has 16"),
-                              (2, ["--model", "cbow"], "--model is 'cbow'"),
-                              (3, [], "written by 2 rank(s), this job has 3")]:
+                              (2, ["--model", "cbow"], "--model is 'cbow'")]:
         proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(run), *FLAGS, *extra,
                                "--resume", ck_path], check=False, timeout=60)
         lines = error_lines(proc.stderr)
