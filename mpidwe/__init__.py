@@ -1,3 +1,29 @@
-"""mpidwe: distributed word embeddings (SGNS) over MPI."""
+"""mpidwe: distributed word embeddings (SGNS) over MPI.
+
+Python API (docs/api.md)::
+
+    vecs = mpidwe.load("run")                  # a run directory, a checkpoint or a word2vec file
+    vecs.most_similar("king", topn=5)
+    vecs = mpidwe.fit(corpus="corpus.h5", out="run", dim=100, epochs=5)   # train in this process
+
+``load``, ``fit`` and ``WordVectors`` live in ``mpidwe.api`` and are imported on first use, so
+``import mpidwe`` loads neither numpy nor h5py, torch or scipy. Training is ``fit``, not
+``train``: ``mpidwe.train`` is the module of ``python -m mpidwe.train`` (see ``api.fit``).
+"""
 
 __version__ = "0.1.0"
+
+_API = ("load", "fit", "WordVectors")
+__all__ = [*_API, "__version__"]
+
+
+def __getattr__(name):
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))

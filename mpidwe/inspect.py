@@ -1,13 +1,31 @@
-"""``python -m mpidwe.inspect``: read checkpoints (and run directories) without training.
+"""``python -m mpidwe.inspect``: query vectors and read checkpoints without training.
 
-    inspect CKPT_OR_RUN_DIR [--json]                      summary
-    inspect CKPT neighbors WORD [-k 10]                   nearest words by cosine
-    inspect CKPT analogy A B C [-k 5]                     a:b :: c:?  (3CosAdd)
-    inspect CKPT export --format word2vec-text|word2vec-binary [--matrix input|output|sum] -o FILE
+    inspect PATH [summary] [--json]                       summary (the default command)
+    inspect PATH neighbors WORD [-k 10]                   nearest words by cosine
+    inspect PATH neighbors - [-k 10]                      the same for each word read from stdin
+    inspect PATH analogy A B C [-k 5]                     a:b :: c:?  (3CosAdd)
+    inspect PATH analogy - [-k 5]                         the same for each 'a b c' line of stdin
+    inspect PATH vectors [WORD ...]                       'word v1 ... vd' per word (none or -: stdin)
+    inspect PATH export --format word2vec-text|word2vec-binary [--matrix input|output|sum] -o FILE
     inspect RUN_DIR plot -o curves.png                    loss, words/s and evaluation curves
 
-A run directory stands for its newest valid checkpoint. Files are opened read-only without
-HDF5 file locking, so a running job's checkpoints can be inspected while it writes new ones.
+PATH is a run directory (its newest valid checkpoint), a checkpoint file, or a word2vec text or
+binary file (mpidwe.api.load tells them apart by content); it is read once per call. A word2vec
+file holds only words and vectors: its summary says so in one line, and ``--matrix`` other than
+``input`` and ``plot`` (which reads RUN_DIR/metrics.jsonl) are refused with one line. Files
+are opened read-only without HDF5 file locking, so a running job's checkpoints can be
+inspected while it writes new ones.
+
+Batch mode (a query word ``-``, or ``vectors`` without words), as fastText's ``nn`` and
+``print-word-vectors``: every whitespace-separated word of standard input is a query
+(``analogy -``: every non-blank line is ``a b c``). Text output is one tab-separated line per
+answer (``query<TAB>word<TAB>cosine``; ``vectors``: ``word v1 ... vd``), ``--json`` one JSON
+object per query; output is flushed after each query, so it works interactively. A word not
+in the vocabulary (or a malformed analogy line) is one line on standard error, and the
+queries go on; the exit status is 0 when at least one query was answered or none was asked,
+and 2 when every query failed (the wrong file, or text normalised differently from the
+vocabulary, rather than a few rare words). A query given as arguments that fails (an unknown
+word among them) is one error line and exit 2, as every other error.
 
 ``export`` and ``plot`` write atomically (mpidwe.fsutil: a temporary name beside the output,
 fsync, rename). An output that cannot be written (its folder missing, not a folder or not
@@ -24,13 +42,12 @@ import json
 import os
 import sys
 
-import numpy as np
-
-from . import checkpoint
+from .api import MATRICES, WordVectors, load
 from .errors import ConfigError, InputError, MpidweError
 from .fsutil import atomic_path
 
 PROG = "python -m mpidwe.inspect"
+STDIN = "-"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,52 +56,61 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Summaries, neighbours, analogies, export and plots of checkpoints.")
-    p.add_argument("path", help="checkpoint file, or run directory (its newest valid checkpoint)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    n = sub.add_parser("neighbors", help="nearest neighbours of a word")
-    n.add_argument("word")
-    n.add_argument("-k", type=int, default=10)
-    n.add_argument("--matrix", choices=["input", "output", "sum"], default="input")
-    a = sub.add_parser("analogy", help="a:b :: c:? with 3CosAdd")
-    a.add_argument("a")
-    a.add_argument("b")
-    a.add_argument("c")
-    a.add_argument("-k", type=int, default=5)
-    a.add_argument("--matrix", choices=["input", "output", "sum"], default="input")
-    e = sub.add_parser("export", help="write vectors in word2vec format")
-    e.add_argument("--format", choices=["word2vec-text", "word2vec-binary"], default="word2vec-text")
-    e.add_argument("--matrix", choices=["input", "output", "sum"], default="input")
-    e.add_argument("-o", "--output", required=True)
+    p = _Parser(prog=PROG, description="Summaries, neighbours, analogies, vectors, export and plots of a "
+                "run directory, a checkpoint or a word2vec file.")
+    p.add_argument("path", help="run directory (its newest valid checkpoint), checkpoint file, or word2vec "
+                   "text or binary file")
+    p.add_argument("--json", action="store_true", help="machine-readable output (JSON; one JSON line per "
+                   "query in batch mode)")
+    # --json also after the command; SUPPRESS keeps a value given before it
+    common = _Parser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output (JSON; one JSON line per query in batch mode)")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND",
+                           help="summary (the default), neighbors, analogy, vectors, export or plot")
+
+    def matrix_arg(parser):
+        parser.add_argument("--matrix", choices=MATRICES, default="input",
+                            help="which vectors: input (the word vectors; default), output (the context "
+                            "vectors) or sum; a word2vec file holds only input")
+
+    sub.add_parser("summary", parents=[common], help="what the file holds (the default command)",
+                   description="Checkpoint: format, corpus, model, progress, last metrics. "
+                   "Word2vec file: its size and dimension.")
+    n = sub.add_parser("neighbors", parents=[common], help="nearest neighbours of a word by cosine",
+                       description="Nearest neighbours by cosine; WORD '-' reads words from standard input.")
+    n.add_argument("word", help="the query word, or - to read whitespace-separated words from standard input")
+    n.add_argument("-k", type=int, default=10, help="how many neighbours (default 10)")
+    matrix_arg(n)
+    a = sub.add_parser("analogy", parents=[common], help="a:b :: c:? with 3CosAdd",
+                       description="The words d closest to b - a + c (unit vectors), excluding a, b and c; "
+                       "'-' reads one 'a b c' line per query from standard input.")
+    a.add_argument("words", nargs="+", metavar="WORD",
+                   help="the three words A B C of a:b :: c:?, or - to read 'a b c' lines from standard input")
+    a.add_argument("-k", type=int, default=5, help="how many answers (default 5)")
+    matrix_arg(a)
+    v = sub.add_parser("vectors", parents=[common], help="print 'word v1 ... vd' per word",
+                       description="The vector of each word, one 'word v1 ... vd' line (as fastText's "
+                       "print-word-vectors); without words or with -, the words of standard input.")
+    v.add_argument("words", nargs="*", metavar="WORD", help="words to print; none or - reads "
+                   "whitespace-separated words from standard input")
+    matrix_arg(v)
+    e = sub.add_parser("export", parents=[common], help="write vectors in word2vec format")
+    e.add_argument("--format", choices=["word2vec-text", "word2vec-binary"], default="word2vec-text",
+                   help="word2vec-text (default) or word2vec-binary (as the C tool; gensim reads both)")
+    matrix_arg(e)
+    e.add_argument("-o", "--output", required=True, help="the file to write (atomically)")
     e.add_argument("--force", action="store_true", help="overwrite an existing output file")
-    pl = sub.add_parser("plot", help="training curves as a PNG")
-    pl.add_argument("-o", "--output", required=True)
+    pl = sub.add_parser("plot", parents=[common], help="training curves of a run directory as a PNG")
+    pl.add_argument("-o", "--output", required=True, help="the PNG file to write (atomically)")
     return p
 
 
-def resolve(path: str) -> str:
-    """A checkpoint path, or the newest valid checkpoint of a run directory."""
-    if os.path.isdir(path):
-        ckdir = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
-        found = checkpoint.list_checkpoints(ckdir)
-        if not found:
-            raise InputError(f"no checkpoint in {ckdir}")
-        for candidate in reversed(found):
-            try:
-                checkpoint.load(candidate)
-                return candidate
-            except InputError as e:
-                print(f"{PROG}: warning: skipping damaged checkpoint: {e}", file=sys.stderr)
-        raise InputError(f"no valid checkpoint in {ckdir}")
-    return path
+# -------------------------------------------------------------------- summary
+def summary(ck) -> dict:
+    """The summary of a :class:`mpidwe.checkpoint.Checkpoint` (``--json`` prints it)."""
+    from . import checkpoint
 
-
-def matrix(ck: checkpoint.Checkpoint, which: str) -> np.ndarray:
-    return {"input": ck.w_in, "output": ck.w_out, "sum": ck.w_in + ck.w_out}[which]
-
-
-def summary(ck: checkpoint.Checkpoint) -> dict:
     p = ck.progress
     last = ck.metrics[-1] if ck.metrics else {}
     return {
@@ -118,32 +144,152 @@ def print_summary(s: dict) -> None:
     print(f"history      {s['metrics_records']} metrics records")
 
 
-def neighbors(vectors: np.ndarray, words: list[str], word: str, k: int,
-              exclude: tuple[int, ...] = ()) -> list[tuple[str, float]]:
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    index = {w: i for i, w in enumerate(words)}
-    if word not in index:
+W2V_NOTE = ("a word2vec file holds only words and vectors: training progress, configuration and "
+            "metrics are in the run's checkpoints")
+
+
+def vectors_summary(vecs: WordVectors) -> dict:
+    """The summary of a word2vec file."""
+    return {"path": vecs.path, "format": "word2vec", "vocab_size": len(vecs), "dim": vecs.dim,
+            "note": W2V_NOTE}
+
+
+def print_vectors_summary(s: dict) -> None:
+    print(f"vectors      {s['path']}  (word2vec)")
+    print(f"model        dim {s['dim']}  vocab {s['vocab_size']:,}")
+    print(f"note         {s['note']}")
+
+
+# -------------------------------------------------------------------- queries
+def neighbors(vecs: WordVectors, word: str, k: int) -> list[tuple[str, float]]:
+    """The ``k`` nearest words of ``word`` by cosine, itself excluded."""
+    if word not in vecs:
         raise InputError(f"word not in vocabulary: {word!r}")
-    return _top(unit, words, unit[index[word]], k, (index[word],) + exclude)
+    return vecs.most_similar(positive=[word], topn=k)
 
 
-def _top(unit, words, query, k, exclude):
-    scores = unit @ (query / max(np.linalg.norm(query), 1e-12))
-    scores[list(exclude)] = -np.inf
-    best = np.argsort(-scores)[:k]
-    return [(words[i], float(scores[i])) for i in best]
-
-
-def analogy(vectors: np.ndarray, words: list[str], a: str, b: str, c: str, k: int) -> list[tuple[str, float]]:
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    index = {w: i for i, w in enumerate(words)}
-    missing = [w for w in (a, b, c) if w not in index]
+def analogy(vecs: WordVectors, a: str, b: str, c: str, k: int) -> list[tuple[str, float]]:
+    """a:b :: c:? by 3CosAdd (gensim's most_similar(positive=[b, c], negative=[a]))."""
+    missing = [w for w in (a, b, c) if w not in vecs]
     if missing:
         raise InputError(f"not in vocabulary: {', '.join(missing)}")
-    ia, ib, ic = index[a], index[b], index[c]
-    return _top(unit, words, unit[ib] - unit[ia] + unit[ic], k, (ia, ib, ic))
+    return vecs.most_similar(positive=[b, c], negative=[a], topn=k)
 
 
+def format_vector(word: str, vector) -> str:
+    """``word v1 ... vd`` with 9 significant digits (every float32 reads back exactly)."""
+    return word + " " + " ".join(f"{x:.9g}" for x in vector.tolist())
+
+
+def stdin_words(stream):
+    """(line number, word) for every whitespace-separated word of ``stream``."""
+    for no, line in enumerate(stream, 1):
+        for word in line.split():
+            yield no, word
+
+
+def stdin_triples(stream):
+    """(line number, (a, b, c) or None for a malformed line) for every non-blank line."""
+    for no, line in enumerate(stream, 1):
+        words = line.split()
+        if words:
+            yield no, (tuple(words) if len(words) == 3 else None)
+
+
+def _stdin():
+    """Standard input as UTF-8 (the vocabulary's encoding) whatever the locale; a byte that
+    is not UTF-8 becomes U+FFFD, so that word is reported unknown instead of failing."""
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+    return sys.stdin
+
+
+def batch(queries, answer, show) -> int:
+    """Answer each (line number, query); a failed query is one stderr line and the rest go
+    on. Exit status: 2 when queries were asked and none was answered, else 0."""
+    asked = answered = 0
+    for no, query in queries:
+        asked += 1
+        try:
+            result = answer(query)
+        except InputError as e:
+            print(f"{PROG}: standard input line {no}: {e}", file=sys.stderr, flush=True)
+            continue
+        show(query, result)
+        sys.stdout.flush()
+        answered += 1
+    if asked and not answered:
+        print(f"{PROG}: error: no query could be answered ({asked} asked)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cosines(a, result) -> None:
+    if a.json:
+        print(json.dumps([{"word": w, "cosine": s} for w, s in result]))
+    else:
+        for w, s in result:
+            print(f"{s:8.4f}  {w}")
+
+
+def query_command(a, vecs: WordVectors) -> int:
+    """neighbors, analogy and vectors: one query from the arguments, or a batch from stdin."""
+    if a.command == "vectors":
+        def answer(word):
+            if word not in vecs:
+                raise InputError(f"word not in vocabulary: {word!r}")
+            return vecs[word]
+
+        def show(word, vector):
+            print(json.dumps({"word": word, "vector": vector.tolist()}) if a.json else format_vector(word, vector))
+
+        if not a.words or a.words == [STDIN]:
+            return batch(stdin_words(_stdin()), answer, show)
+        missing = [w for w in a.words if w not in vecs]
+        if missing:  # words given as arguments: all must be known, as in analogy
+            raise InputError(f"not in vocabulary: {', '.join(missing)}")
+        for word in a.words:
+            show(word, vecs[word])
+        return 0
+
+    if a.k < 1:
+        raise ConfigError("-k must be >= 1")
+    if a.command == "neighbors":
+        def answer(word):
+            return neighbors(vecs, word, a.k)
+
+        def show(word, result):
+            if a.json:
+                print(json.dumps({"word": word, "neighbors": [{"word": w, "cosine": s} for w, s in result]}))
+            else:
+                print("".join(f"{word}\t{w}\t{s:.4f}\n" for w, s in result), end="")
+
+        if a.word != STDIN:
+            _cosines(a, answer(a.word))
+            return 0
+        return batch(stdin_words(_stdin()), answer, show)
+
+    # analogy
+    def answer(q):
+        if q is None:
+            raise InputError("expected three words a b c")
+        return analogy(vecs, *q, a.k)
+
+    def show(q, result):
+        if a.json:
+            print(json.dumps({"query": list(q), "answers": [{"word": w, "cosine": s} for w, s in result]}))
+        else:
+            print("".join(f"{' '.join(q)}\t{w}\t{s:.4f}\n" for w, s in result), end="")
+
+    if a.words == [STDIN]:
+        return batch(stdin_triples(_stdin()), answer, show)
+    if len(a.words) != 3:
+        raise ConfigError(f"analogy takes three words A B C or -, got {len(a.words)} (see {PROG} analogy --help)")
+    _cosines(a, answer(tuple(a.words)))
+    return 0
+
+
+# -------------------------------------------------------------------- writing
 def check_output(path: str) -> None:
     """Refuse an output path that cannot be written, before any work: the path is a folder,
     its folder (or a folder above) does not exist or is a file, or it is not writable."""
@@ -174,14 +320,16 @@ def writing(path: str):
 def plot(run_dir: str, out: str) -> str:
     """Loss, words/s and evaluation curves from RUN_DIR/metrics.jsonl, as a PNG written
     atomically to ``out``."""
+    path = os.path.join(run_dir, "metrics.jsonl") if os.path.isdir(run_dir) else None
+    if path is None and os.path.isfile(run_dir):
+        raise InputError(f"plot takes a run directory (it reads RUN_DIR/metrics.jsonl), not the file {run_dir}")
+    if path is None or not os.path.exists(path):
+        raise InputError(f"no metrics.jsonl in {run_dir} (plot takes a run directory)")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = os.path.join(run_dir, "metrics.jsonl") if os.path.isdir(run_dir) else None
-    if path is None or not os.path.exists(path):
-        raise InputError(f"no metrics.jsonl in {run_dir} (plot takes a run directory)")
     records = []
     with open(path, encoding="utf-8") as fh:
         for no, line in enumerate(fh, 1):
@@ -216,42 +364,41 @@ def plot(run_dir: str, out: str) -> str:
     return out
 
 
+def export(a, vecs: WordVectors) -> None:
+    if os.path.exists(a.output) and not a.force:
+        raise InputError(f"output exists: {a.output} (use --force to overwrite)")
+    with writing(a.output):
+        vecs.save_word2vec_format(a.output, binary=a.format == "word2vec-binary")
+    print(json.dumps({"export": a.output}) if a.json else
+          f"wrote {a.output} ({a.format}, {vecs.matrix} matrix, {len(vecs):,} x {vecs.dim})")
+
+
+# -------------------------------------------------------------------- command
+def _warn(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+
+
 def run(argv=None) -> int:
     a = build_parser().parse_args(argv)
-    if a.command in ("plot", "export"):
+    command = a.command or "summary"
+    if command in ("plot", "export"):
         check_output(a.output)
-    if a.command == "plot":
+    if command == "plot":
         out = plot(a.path, a.output)
         print(json.dumps({"plot": out}) if a.json else f"wrote {out}")
         return 0
-    ck = checkpoint.load(resolve(a.path))
-    if a.command is None:
-        s = summary(ck)
+    vecs = load(a.path, matrix=getattr(a, "matrix", "input"), warn=_warn)
+    if command == "summary":
+        s = summary(vecs.checkpoint) if vecs.checkpoint is not None else vectors_summary(vecs)
         if a.json:
             print(json.dumps(s, sort_keys=True, default=str))
         else:
-            print_summary(s)
-    elif a.command in ("neighbors", "analogy"):
-        if a.k < 1:
-            raise ConfigError("-k must be >= 1")
-        vecs = matrix(ck, a.matrix)
-        res = (neighbors(vecs, ck.words, a.word, a.k) if a.command == "neighbors"
-               else analogy(vecs, ck.words, a.a, a.b, a.c, a.k))
-        if a.json:
-            print(json.dumps([{"word": w, "cosine": s} for w, s in res]))
-        else:
-            for w, s in res:
-                print(f"{s:8.4f}  {w}")
-    elif a.command == "export":
-        from .evaluate.vectors import write_word2vec
-
-        if os.path.exists(a.output) and not a.force:
-            raise InputError(f"output exists: {a.output} (use --force to overwrite)")
-        with writing(a.output):
-            write_word2vec(a.output, ck.words, matrix(ck, a.matrix), binary=a.format == "word2vec-binary")
-        print(json.dumps({"export": a.output}) if a.json else
-              f"wrote {a.output} ({a.format}, {a.matrix} matrix, {len(ck.words):,} x {ck.w_in.shape[1]})")
-    return 0
+            (print_summary if vecs.checkpoint is not None else print_vectors_summary)(s)
+        return 0
+    if command == "export":
+        export(a, vecs)
+        return 0
+    return query_command(a, vecs)
 
 
 def main(argv=None) -> int:
@@ -260,7 +407,8 @@ def main(argv=None) -> int:
     except MpidweError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.exit_code
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, also at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

@@ -92,7 +92,7 @@ def test_plot(run_dir, tmp_path):
 
 def test_bad_paths(tmp_path):
     proc = inspect(tmp_path / "missing.h5")
-    assert proc.returncode == 2 and "checkpoint not found" in proc.stderr
+    assert proc.returncode == 2 and "not found" in proc.stderr and "word2vec file" in proc.stderr
     proc = inspect(tmp_path)
     assert proc.returncode == 2 and "no checkpoint" in proc.stderr
     bad = tmp_path / "bad.h5"
@@ -202,3 +202,121 @@ def test_export_and_plot_on_a_full_disk(run_dir, tmp_path, monkeypatch, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and str(out) in err[0] and "No space left on device" in err[0], err
         assert os.listdir(tmp_path) == []
+
+
+# --- issue 14: word2vec files, one load per call, summary subcommand, batch modes, help ----------
+@pytest.fixture(scope="module")
+def w2v(run_dir):
+    """The run's input vectors as a word2vec binary file (the format told by content)."""
+    path = run_dir / "vectors.bin"
+    assert inspect(run_dir / "run", "export", "--format", "word2vec-binary", "-o", path).returncode == 0
+    return path
+
+
+def test_summary_is_also_a_subcommand(run_dir):
+    assert inspect(run_dir / "run", "summary").stdout == inspect(run_dir / "run").stdout
+    assert (json.loads(inspect(run_dir / "run", "summary", "--json").stdout)
+            == json.loads(inspect(run_dir / "run", "--json").stdout))
+
+
+def test_word2vec_files(run_dir, w2v):
+    word = checkpoint.latest_valid(str(run_dir / "run" / "checkpoints")).words[60]
+    for path in (w2v, run_dir / "run" / "vectors.txt"):  # binary, and text as training writes it
+        from_ck = json.loads(inspect(run_dir / "run", "--json", "neighbors", word, "-k", "4").stdout)
+        from_file = json.loads(inspect(path, "neighbors", word, "-k", "4", "--json").stdout)
+        assert [r["word"] for r in from_file] == [r["word"] for r in from_ck]
+        np.testing.assert_allclose([r["cosine"] for r in from_file], [r["cosine"] for r in from_ck], rtol=1e-6)
+    proc = inspect(w2v)
+    assert proc.returncode == 0 and "(word2vec)" in proc.stdout and "dim 16" in proc.stdout
+    assert "only words and vectors" in proc.stdout
+    s = json.loads(inspect(w2v, "summary", "--json").stdout)
+    assert s["format"] == "word2vec" and s["dim"] == 16 and s["vocab_size"] > 100
+    for args, reason in ((["neighbors", "x", "--matrix", "sum"], "holds only the input vectors"),
+                         (["plot", "-o", str(run_dir / "p.png")], "plot takes a run directory")):
+        proc = inspect(w2v, *args)
+        assert proc.returncode == 2 and reason in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_the_checkpoint_is_loaded_once(run_dir, monkeypatch, capsys):
+    from mpidwe import inspect as inspect_module
+
+    calls = []
+    real = checkpoint.load
+    monkeypatch.setattr(checkpoint, "load", lambda *a, **k: calls.append(a) or real(*a, **k))
+    word = real(checkpoint.list_checkpoints(str(run_dir / "run" / "checkpoints"))[-1]).words[5]
+    calls.clear()
+    for args in ([], ["neighbors", word], ["analogy", word, word, word], ["vectors", word]):
+        assert inspect_module.main([str(run_dir / "run"), *args]) == 0
+        assert len(calls) == 1, (args, calls)
+        calls.clear()
+    capsys.readouterr()
+
+
+def test_batch_neighbors_from_stdin(run_dir, w2v):
+    vecs = checkpoint.latest_valid(str(run_dir / "run" / "checkpoints"))
+    a, b = vecs.words[10], vecs.words[70]
+    proc = run_py(["-m", "mpidwe.inspect", str(w2v), "neighbors", "-", "-k", "3"],
+                  input=f"{a}\nno-such-word {b}\n\n")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert [r[0] for r in rows] == [a] * 3 + [b] * 3
+    single = json.loads(inspect(w2v, "--json", "neighbors", b, "-k", "3").stdout)
+    assert [r[1] for r in rows[3:]] == [r["word"] for r in single]
+    assert proc.stderr.splitlines() == ["python -m mpidwe.inspect: standard input line 2: word not in "
+                                        "vocabulary: 'no-such-word'"]
+    proc = run_py(["-m", "mpidwe.inspect", str(run_dir / "run"), "neighbors", "-", "--json", "-k", "2"],
+                  input=f"{a}\n")
+    assert [json.loads(line) for line in proc.stdout.splitlines()][0]["word"] == a
+    # nothing answered: every query on stderr, then one error line, exit 2
+    proc = run_py(["-m", "mpidwe.inspect", str(w2v), "neighbors", "-"], input="NOPE nope\n")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 3 and "no query could be answered (2 asked)" in proc.stderr
+    proc = run_py(["-m", "mpidwe.inspect", str(w2v), "neighbors", "-"], input="")
+    assert proc.returncode == 0 and proc.stdout == proc.stderr == ""
+
+
+def test_batch_analogies_from_stdin(run_dir):
+    words = checkpoint.latest_valid(str(run_dir / "run" / "checkpoints")).words
+    q = " ".join(words[40:43])
+    proc = run_py(["-m", "mpidwe.inspect", str(run_dir / "run"), "analogy", "-", "-k", "2"],
+                  input=f"{q}\n{words[1]} {words[2]}\n{words[1]} {words[2]} zzz-none\n")
+    assert proc.returncode == 0, proc.stderr
+    single = json.loads(inspect(run_dir / "run", "--json", "analogy", *words[40:43], "-k", "2").stdout)
+    assert proc.stdout.splitlines() == [f"{q}\t{r['word']}\t{r['cosine']:.4f}" for r in single]
+    err = proc.stderr.splitlines()
+    assert len(err) == 2 and "line 2: expected three words" in err[0] and "line 3: not in vocabulary: zzz-none" in err[1]
+    proc = inspect(run_dir / "run", "analogy", words[1], words[2])
+    assert proc.returncode == 2 and "three words A B C or -" in proc.stderr
+
+
+def test_vectors_command(run_dir, w2v):
+    ck = checkpoint.latest_valid(str(run_dir / "run" / "checkpoints"))
+    a, b = ck.words[3], ck.words[99]
+    for stdin, args in ((f"{a} no-such\n{b}\n", []), (f"{a} no-such\n{b}\n", ["-"])):
+        proc = run_py(["-m", "mpidwe.inspect", str(w2v), "vectors", *args], input=stdin)
+        assert proc.returncode == 0 and proc.stderr.count("not in vocabulary: 'no-such'") == 1, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert [line.split()[0] for line in lines] == [a, b]
+        np.testing.assert_array_equal(np.array(lines[1].split()[1:], dtype=np.float32), ck.w_in[99])
+    proc = inspect(run_dir / "run", "vectors", b, a, "--matrix", "output", "--json")
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [g["word"] for g in got] == [b, a]
+    np.testing.assert_array_equal(np.array(got[0]["vector"], dtype=np.float32), ck.w_out[99])
+    proc = inspect(run_dir / "run", "vectors", a, "no-such", "nope")
+    assert proc.returncode == 2 and proc.stdout == "" and "not in vocabulary: no-such, nope" in proc.stderr
+
+
+def test_every_argument_has_help():
+    import argparse
+
+    from mpidwe.inspect import build_parser
+
+    def check(parser, where):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    check(sub, f"{where} {name}")
+            assert action.help, f"{where}: {action.option_strings or action.dest} has no help"
+
+    check(build_parser(), "inspect")
+    assert inspect("--help").returncode == 0 and "summary" in inspect("x", "summary", "--help").stdout

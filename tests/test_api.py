@@ -1,0 +1,208 @@
+"""The Python API: mpidwe.load on every kind of input, queries against gensim, mpidwe.fit."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpidwe
+from mpidwe import checkpoint
+from mpidwe.comm import Comm
+from mpidwe.config import TrainConfig
+from mpidwe.errors import ConfigError, InputError
+from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity
+from mpidwe.train import run as train
+
+from conftest import ROOT, make_demo_corpus, mpi_env
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = make_demo_corpus(tmp_path_factory.mktemp("api"), tokens=120_000, seed=5)
+    train(TrainConfig(corpus=str(d / "corpus.h5"), out=str(d / "run"), dim=16, threads=1, progress=False,
+                      sync_every=40_000, checkpoint_every=60_000, epochs=2),
+          Comm.serial(), log=None)
+    return d
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir):
+    """The run's newest checkpoint, and its input vectors written as word2vec text and binary."""
+    ck = checkpoint.list_checkpoints(str(run_dir / "run" / "checkpoints"))[-1]
+    vecs = mpidwe.load(ck)
+    vecs.save_word2vec_format(str(run_dir / "v.txt"))
+    vecs.save_word2vec_format(str(run_dir / "v.bin"), binary=True)
+    return {"ckpt": ck, "text": str(run_dir / "v.txt"), "binary": str(run_dir / "v.bin"),
+            "run": str(run_dir / "run"), "run vectors.txt": str(run_dir / "run" / "vectors.txt")}
+
+
+def test_every_input_gives_the_same_vectors(exported):
+    ck = checkpoint.load(exported["ckpt"])
+    assert ck.complete
+    for kind, path in exported.items():
+        vecs = mpidwe.load(path)
+        assert vecs.words == ck.words, kind
+        assert vecs.vectors.dtype == np.float32 and vecs.matrix == "input"
+        np.testing.assert_array_equal(vecs.vectors, ck.w_in, err_msg=kind)  # 9 digits: exact
+        if kind in ("ckpt", "run"):
+            np.testing.assert_array_equal(vecs.counts, ck.counts)
+            assert vecs.checkpoint.path == exported["ckpt"] and vecs.run_dir.endswith("run")
+            assert vecs.counts[0] >= vecs.counts[-1] > 0
+        else:
+            assert vecs.counts is None and vecs.checkpoint is None
+    assert len(vecs) == len(ck.words) and vecs.dim == 16 and ck.words[3] in vecs and "no-such" not in vecs
+    np.testing.assert_array_equal(vecs[ck.words[3]], ck.w_in[3])
+    assert list(vecs) == ck.words and "16" in repr(vecs)
+
+
+def test_matrix_choice(exported):
+    ck = checkpoint.load(exported["ckpt"])
+    np.testing.assert_array_equal(mpidwe.load(exported["run"], matrix="output").vectors, ck.w_out)
+    np.testing.assert_allclose(mpidwe.load(exported["ckpt"], matrix="sum").vectors, ck.w_in + ck.w_out)
+    with pytest.raises(InputError, match="word2vec file, which holds only the input vectors"):
+        mpidwe.load(exported["text"], matrix="sum")
+    with pytest.raises(ValueError, match="matrix must be one of"):
+        mpidwe.load(exported["ckpt"], matrix="context")
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        mpidwe.load(tmp_path / "missing.bin")
+    (tmp_path / "glove.txt").write_text("the 0.1 0.2\n")
+    with pytest.raises(InputError, match="glove.txt is not an mpidwe checkpoint"):
+        mpidwe.load(tmp_path / "glove.txt")  # no 'count dim' line: not word2vec
+    with pytest.raises(InputError, match="no checkpoint in"):
+        mpidwe.load(tmp_path)
+
+
+def test_unknown_word_is_a_clear_key_error(exported):
+    vecs = mpidwe.load(exported["text"])
+    with pytest.raises(KeyError, match="word not in vocabulary: 'no-such-word'"):
+        vecs["no-such-word"]
+    with pytest.raises(KeyError, match="no-such-word"):
+        vecs.most_similar(["no-such-word"])
+    with pytest.raises(KeyError):
+        vecs.similarity(vecs.words[0], "no-such-word")
+
+
+def test_queries_match_gensim(exported):
+    gensim = pytest.importorskip("gensim")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(exported["binary"], binary=True)
+    vecs = mpidwe.load(exported["run"])
+    w = vecs.words
+    queries = [dict(positive=w[10]), dict(positive=[w[200]], topn=7),
+               dict(positive=[w[40], w[42]], negative=[w[41]], topn=5),
+               dict(positive=[w[5]], negative=[w[6], w[7]], topn=3), dict(negative=w[9], topn=4)]
+    for q in queries:
+        ours, theirs = vecs.most_similar(**q), kv.most_similar(**q)
+        assert [x for x, _ in ours] == [x for x, _ in theirs], q
+        np.testing.assert_allclose([s for _, s in ours], [s for _, s in theirs], rtol=1e-5, atol=1e-6)
+        asked = [x for key in ("positive", "negative") for x in np.atleast_1d(q.get(key, []))]
+        assert not set(asked) & {x for x, _ in ours}, q
+    assert vecs.similarity(w[1], w[2]) == pytest.approx(float(kv.similarity(w[1], w[2])), abs=1e-6)
+    everything = vecs.most_similar(w[3], topn=None)
+    np.testing.assert_allclose(everything, kv.most_similar(w[3], topn=None), rtol=1e-5, atol=1e-6)
+    assert vecs.most_similar(w[3], topn=0) == []
+
+
+def test_evaluations_match_the_evaluator_and_gensim(run_dir, exported):
+    gensim = pytest.importorskip("gensim")
+    vecs = mpidwe.load(exported["run"])
+    sim, ana = str(run_dir / "demo-similarity.tsv"), str(run_dir / "demo-analogies.txt")
+    pearson, spearman, oov = vecs.evaluate_word_pairs(sim)
+    ref = evaluate_similarity(vecs.vectors, vecs.index, read_similarity(sim))
+    assert spearman[0] == ref["spearman"] and spearman[0] > 0.3
+    assert oov == pytest.approx(100 * (1 - ref["coverage"]))
+    kv = gensim.models.KeyedVectors.load_word2vec_format(exported["binary"], binary=True)
+    g_pearson, g_spearman, g_oov = kv.evaluate_word_pairs(sim)
+    assert pearson[0] == pytest.approx(g_pearson[0], abs=1e-5)
+    assert spearman[0] == pytest.approx(g_spearman[0], abs=1e-5) and oov == pytest.approx(g_oov)
+    assert pearson[1] == pytest.approx(g_pearson[1], rel=1e-3) and spearman[1] == pytest.approx(g_spearman[1], rel=1e-3)
+
+    accuracy, report = vecs.evaluate_word_analogies(ana, restrict_vocab=len(vecs))
+    ref = evaluate_analogies(vecs.vectors, vecs.index, read_analogies(ana), restrict_vocab=len(vecs))
+    assert report == ref and accuracy == ref["accuracy"] and report["covered"] > 50
+    g_score, _ = kv.evaluate_word_analogies(ana, restrict_vocab=len(vecs))
+    assert accuracy == pytest.approx(g_score, abs=1.5 / report["covered"])  # a tie at most
+
+
+def test_to_gensim(exported):
+    gensim = pytest.importorskip("gensim")
+    vecs = mpidwe.load(exported["ckpt"])
+    kv = vecs.to_gensim()
+    assert isinstance(kv, gensim.models.KeyedVectors)
+    assert kv.index_to_key == vecs.words
+    np.testing.assert_array_equal(kv.vectors, vecs.vectors)
+    assert kv.get_vecattr(vecs.words[0], "count") == vecs.counts[0]
+    assert [x for x, _ in kv.most_similar(vecs.words[20])] == [x for x, _ in vecs.most_similar(vecs.words[20])]
+    kv.vectors[0] += 1  # a copy: the mpidwe vectors stay as they were
+    assert not np.array_equal(kv.vectors[0], vecs.vectors[0])
+
+
+def test_to_gensim_without_gensim(exported, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gensim", None)
+    monkeypatch.setitem(sys.modules, "gensim.models", None)
+    with pytest.raises(ImportError, match=r"needs gensim, which is not installed \(pip install gensim\)"):
+        mpidwe.load(exported["text"]).to_gensim()
+
+
+def test_unit_rows_are_computed_once(exported):
+    vecs = mpidwe.load(exported["text"])
+    vecs.most_similar(vecs.words[1])
+    unit = vecs.unit
+    vecs.similarity(vecs.words[1], vecs.words[2])
+    vecs.most_similar(vecs.words[2], topn=3)
+    assert vecs.unit is unit
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1, rtol=1e-5)
+
+
+def test_fit_trains_in_this_process_and_returns_the_vectors(tmp_path):
+    d = make_demo_corpus(tmp_path, tokens=30_000, seed=2)
+    lines = []
+    vecs = mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "run"), dim=8, threads=1,
+                      progress=False, epochs=2, eval_sim=[str(d / "demo-similarity.tsv")], log=lines.append)
+    assert isinstance(vecs, mpidwe.WordVectors) and vecs.run_dir == str(tmp_path / "run")
+    assert not vecs.result.stopped and vecs.result.words_total > 50_000 and lines
+    assert "sim:demo-similarity.tsv" in vecs.result.metrics[-1]["eval"]
+    back = mpidwe.load(tmp_path / "run")
+    assert back.words == vecs.words and vecs.vectors.shape == (len(back), 8)
+    np.testing.assert_array_equal(back.vectors, vecs.vectors)
+    np.testing.assert_array_equal(back.counts, vecs.counts)
+    assert vecs.most_similar(vecs.words[0], topn=3)[0][0] != vecs.words[0]
+    with pytest.raises(ConfigError, match="unknown option.*dimension"):
+        mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "r2"), dimension=8)
+    with pytest.raises(ConfigError, match="--dim must be an integer, got '8'"):
+        mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "r2"), dim="8")
+    with pytest.raises(InputError, match="already holds a run"):  # the command's own checks
+        mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "run"), dim=8, progress=False, log=None)
+
+
+def test_import_is_light_and_train_stays_the_module():
+    code = """
+import sys, mpidwe
+heavy = ("numpy", "h5py", "torch", "scipy", "mpi4py", "numba")
+assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]
+assert mpidwe.load and "load" in dir(mpidwe)
+assert not [m for m in heavy[1:] if m in sys.modules], [m for m in heavy if m in sys.modules]
+from mpidwe import train
+import mpidwe.train as t
+assert train is t and hasattr(t, "run") and callable(mpidwe.fit)
+try:
+    mpidwe.nothing
+except AttributeError as e:
+    print(e)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=mpi_env(),
+                          cwd=str(ROOT), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "has no attribute 'nothing'" in proc.stdout
+
+
+def test_readme_example_runs(exported):
+    """The README's Python API lines, on this run."""
+    vecs = mpidwe.load(exported["run"])
+    word = vecs.words[30]
+    assert json.loads(json.dumps(vecs.most_similar(word, topn=5)))[0][0] in vecs
+    assert vecs[word].shape == (16,) and -1 <= vecs.similarity(word, vecs.words[31]) <= 1
