@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import datetime
 import itertools
 import json
 import os
 import re
-import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 
@@ -37,11 +38,13 @@ from . import corpus as corpus_io
 from .comm import Comm, run_main
 from .config import PreprocessConfig, parse_command, to_json
 from .errors import InputError
-from .fsutil import DirLock, fsync_dir
-from .text import ScanStats, TextOptions, describe_source, find_boundaries, scan_rank
+from .fsutil import DirLock, fsync_dir, reason
+from .text import (RankScan, ScanStats, TextOptions, TokenTable, close_or_fail, describe_source,
+                   find_boundaries, scan_rank, write_or_fail)
 
 PROG = "python -m mpidwe.preprocess"
 FLUSH_TOKENS = 1 << 20
+ENGINES = ("compiled", "python")   # run(engine=): numba kernels (default), or the readable reference
 
 
 def build_vocab(counts: dict[bytes, int], min_count: int, max_vocab: int | None):
@@ -99,6 +102,92 @@ def write_ids(sources, lo, hi, opts, lookup: dict[bytes, int], part: corpus_io.P
     return kept
 
 
+# ----------------------------------------------------------- the compiled path
+class IdSpool:
+    """One rank's raw token ids between its two passes: int32 in a file beside the output,
+    so that pass 2 reads 4 bytes a token instead of decompressing and tokenizing again."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.n = 0
+        try:
+            self._fh = open(path, "xb")
+        except OSError as e:
+            raise InputError(f"cannot write {path}: {reason(e)}") from None
+
+    def write(self, ids: np.ndarray) -> None:
+        write_or_fail(self._fh, memoryview(ids), self.path)
+        self.n += len(ids)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            close_or_fail(self._fh, self.path)
+
+    def chunks(self, items: int):
+        with open(self.path, "rb") as fh:
+            while True:
+                a = np.fromfile(fh, dtype=np.int32, count=items)
+                if not len(a):
+                    return
+                yield a
+
+
+def count_compiled(sources, lo, hi, opts, spool: IdSpool):
+    """Pass 1 with the compiled tokenizer: raw token ids into ``spool``. Returns the
+    RankScan (line ends, stats, sizes of unsized sources), the table of this rank's
+    distinct tokens after lowercasing (with counts), and raw id -> id in that table."""
+    scan = RankScan(opts, spool.write)
+    scan.scan(sources, lo, hi)
+    spool.close()
+    table, raw_to_type = scan.canonical()
+    return scan, table, raw_to_type
+
+
+def merge_tables(gathered) -> tuple[TokenTable, ScanStats]:
+    """The distinct tokens of all ranks with summed counts, and the summed statistics."""
+    total = TokenTable()
+    totals = ScanStats()
+    for (arena, starts, lens, counts), s in gathered:
+        ids = total.add_all(arena, starts, lens)
+        total.counts[ids] += counts      # the ids of one rank's tokens are distinct
+        totals.raw_tokens += s.raw_tokens
+        totals.invalid_utf8 += s.invalid_utf8
+        totals.doc_lines += s.doc_lines
+    return total, totals
+
+
+def build_vocab_from_table(table: TokenTable, min_count: int, max_vocab: int | None):
+    """build_vocab over a TokenTable: the same words in the same order."""
+    counts = table.counts[: len(table)]
+    kept = np.flatnonzero(counts >= min_count)
+    words = table.words(kept)
+    by_word = sorted(range(len(kept)), key=words.__getitem__)
+    order = np.asarray(by_word, dtype=np.int64)
+    if len(order):
+        order = order[np.argsort(-counts[kept[order]], kind="stable")]
+    if max_vocab is not None:
+        order = order[:max_vocab]
+    return [words[i] for i in order.tolist()], counts[kept[order]].astype(np.int64)
+
+
+def write_ids_compiled(spool: IdSpool, remap: np.ndarray, line_ends: np.ndarray,
+                       part: corpus_io.PartWriter) -> int:
+    """Pass 2: the final ids of the spooled raw ids (``remap``; -1: dropped) and the line
+    starts as kept-token indices, into the part file. Returns tokens kept."""
+    from .kernels.tokenize import remap_and_count_lines
+
+    base = kept = j = 0
+    chunks = spool.chunks(FLUSH_TOKENS)
+    for raw in itertools.chain(chunks, [np.zeros(0, dtype=np.int32)]):
+        lines = np.empty(len(line_ends) - j, dtype=np.int64)
+        k, j, nl = remap_and_count_lines(raw, remap, line_ends, j, base, kept, lines)
+        part.append_tokens(raw[:k])
+        part.append_line_starts(lines[:nl])
+        base += len(raw)
+        kept += k
+    return kept
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -135,7 +224,8 @@ def _host() -> str:
 
 
 def _tmp_path(output: str, kind: str, tag: str) -> str:
-    """``.OUT.KIND-TAG`` beside the output; KIND is partN, tmp or stdin."""
+    """``.OUT.KIND-TAG`` beside the output; KIND is partN, idsN (raw token ids between the passes),
+    tmp, stdin, pipeN (a copy of input N, a stream) or plainN (input N decompressed)."""
     head, name = os.path.split(os.path.abspath(output))
     return os.path.join(head, f".{name}.{kind}-{tag}" + (".h5" if kind.startswith("part") else ""))
 
@@ -146,7 +236,7 @@ def _leftover_writer(output: str, name: str):
     those of earlier versions: ``.OUT.partN-PID-TIME.h5`` and ``OUT.tmp-PID-TIME`` (no host),
     and atomic_path's ``.OUT.tmp-PID``."""
     base = os.path.basename(output)
-    m = re.fullmatch(r"\.?" + re.escape(base) + r"\.(part\d+|tmp|stdin)-(.+?)(\.h5)?", name)
+    m = re.fullmatch(r"\.?" + re.escape(base) + r"\.(part\d+|tmp|stdin|pipe\d+|plain\d+|ids\d+)-(.+?)(\.h5)?", name)
     if m is None or (m.group(1).startswith("part") != bool(m.group(3))) or \
             (not name.startswith(".") and m.group(1) != "tmp"):
         return None
@@ -241,53 +331,102 @@ def _start(cfg: PreprocessConfig, log) -> str:
     return f"{_host()}-{os.getpid()}-{int(time.time())}"
 
 
-def _spool_stdin(path: str) -> str:
-    """Standard input reaches rank 0 only: copy it to ``path``, a file beside the output
+def _is_stream(path: str) -> bool:
+    """A pipe, FIFO, socket or device (``<(zcat ...)``, /dev/stdin): it can be read once,
+    from the start, and has no size; read like standard input."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:          # describe_source says what is wrong with it
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _spool_stream(fh, path: str, what: str) -> str:
+    """A stream reaches rank 0 only: copy it to ``path``, a new file beside the output
     (``run`` removes it, whatever happens)."""
-    with open(path, "xb") as fh:
-        shutil.copyfileobj(sys.stdin.buffer, fh, 1 << 20)
+    try:
+        out = open(path, "xb")
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {reason(e)}") from None
+    try:
+        while True:
+            try:
+                chunk = fh.read(1 << 20)
+            except OSError as e:
+                raise InputError(f"cannot read {what}: {reason(e)}") from None
+            if not chunk:
+                break
+            write_or_fail(out, chunk, path)
+    finally:
+        close_or_fail(out, path)
     return path
+
+
+def _spool_input(p: str, path: str) -> str:
+    if p == "-":
+        return _spool_stream(sys.stdin.buffer, path, "standard input")
+    try:
+        fh = open(p, "rb")
+    except OSError as e:
+        raise InputError(f"cannot read {p}: {reason(e)}") from None
+    with fh:
+        return _spool_stream(fh, path, p)
 
 
 def _lock_output(cfg: PreprocessConfig, log) -> DirLock | None:
     """Rank 0 holds ``.OUT.lock`` beside the output for the whole run, so a second run to the
     same output is refused instead of one silently overwriting the other (its "exists"
-    check only sees the output once it is finished). No folder: _start says so."""
+    check only sees the output once it is finished). No folder: _start says so. A lock
+    that cannot be written (a full disk) is one line, and no lock file is left."""
     folder = os.path.dirname(os.path.abspath(cfg.output))
     if not os.path.isdir(folder):
         return None
     lock = DirLock(folder, "preprocess run", name=f".{os.path.basename(cfg.output)}.lock")
     lock.target = cfg.output
-    return lock.acquire(warn=log)
+    try:
+        return lock.acquire(warn=log)
+    except OSError as e:
+        # O_EXCL created it and the write of its holder failed: it is ours, half written
+        with contextlib.suppress(OSError):
+            if os.path.getsize(lock.path) == 0 or lock._holder().get("pid") == os.getpid():
+                os.unlink(lock.path)
+        raise InputError(f"cannot write {lock.path}: {reason(e)}") from None
 
 
-def run(cfg: PreprocessConfig, comm: Comm, *, log=print) -> dict:
-    """Preprocess ``cfg.inputs`` into ``cfg.output`` on every rank of ``comm``."""
+def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled") -> dict:
+    """Preprocess ``cfg.inputs`` into ``cfg.output`` on every rank of ``comm``. ``engine``:
+    ``compiled`` (numba; the default) or ``python`` (the readable reference, slow), which
+    write the same corpus."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}")
     lock = comm.on_root(_lock_output, cfg, log, broadcast=False)
     try:
-        return _locked_run(cfg, comm, log)
+        return _locked_run(cfg, comm, log, engine)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _locked_run(cfg: PreprocessConfig, comm: Comm, log) -> dict:
+def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     t0 = time.perf_counter()
     tag = comm.on_root(_start, cfg, log)
     part_paths = [_tmp_path(cfg.output, f"part{r}", tag) for r in range(comm.size)]
-    part_path = part_paths[comm.rank]
+    id_paths = [_tmp_path(cfg.output, f"ids{r}", tag) for r in range(comm.size)]
     tmp = _tmp_path(cfg.output, "tmp", tag)
-    spool = _tmp_path(cfg.output, "stdin", tag) if comm.is_root and "-" in cfg.inputs else None
+    # rank 0's copies of streams (standard input, pipes) and plain copies of compressed inputs
+    spools = [_tmp_path(cfg.output, "stdin" if p == "-" else f"pipe{i}", tag) for i, p in enumerate(cfg.inputs)] \
+        + [_tmp_path(cfg.output, f"plain{i}", tag) for i in range(len(cfg.inputs))] if comm.is_root else []
+    mine = [part_paths[comm.rank], id_paths[comm.rank]] + spools
     try:
-        summary = _run(cfg, comm, t0, part_paths, tmp, spool)
+        summary = _run(cfg, comm, t0, part_paths, id_paths, tmp, spools, engine)
     except BaseException:
         # A failure, or SIGTERM/SIGINT (Interrupted): the job ends on every rank, and a rank
         # may be killed by the abort before it cleans up, so each rank removes every
         # temporary file of this run that it can see, the other ranks' part files included.
-        _remove(part_paths + [tmp, spool])
+        _remove(part_paths + id_paths + [tmp] + spools)
         raise
     finally:
-        _remove([part_path, spool])
+        _remove(mine)
     if summary is not None and log:
         log(f"wrote {summary['output']}: {summary['vocab']:,} words, {summary['kept_tokens']:,} of "
             f"{summary['raw_tokens']:,} tokens kept, {summary['sentences']:,} sentences "
@@ -297,15 +436,33 @@ def _locked_run(cfg: PreprocessConfig, comm: Comm, log) -> dict:
     return summary or {}
 
 
-def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], tmp: str,
-         spool: str | None) -> dict | None:
+_H5_WRITE_FAILED = False   # an HDF5 write failed in this process: see main()
+
+
+def _disk_full(what: str, e: Exception) -> InputError:
+    """A failed write of an HDF5 file (a full disk, a quota) as one line. h5py reports it as
+    OSError or RuntimeError ("Can't flush cache"), with HDF5's whole error record as text."""
+    global _H5_WRITE_FAILED
+    _H5_WRITE_FAILED = True
+    why = reason(e) if isinstance(e, OSError) else reason(OSError(str(e)))
+    return InputError(f"cannot write {what}: {why}")
+
+
+def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], id_paths: list[str],
+         tmp: str, spools: list[str], engine: str) -> dict | None:
     """The two passes and the stitch; the summary on rank 0, None elsewhere."""
+    compiled = engine == "compiled"
+    n_in = len(cfg.inputs)
+
     def plan():
-        paths = list(cfg.inputs)
-        if "-" in paths:
-            paths[paths.index("-")] = _spool_stdin(spool)
-        sources = [describe_source(p) for p in paths]
-        if sum(s.size for s in sources) == 0:
+        sources = []
+        for i, p in enumerate(cfg.inputs):
+            if p == "-" or _is_stream(p):
+                p = _spool_input(p, spools[i])
+            # one rank streams a compressed input once; several read a plain copy of it
+            sources.append(describe_source(p, sized=not compiled or comm.size > 1,
+                                           spool=spools[n_in + i] if compiled and comm.size > 1 else None))
+        if all(s.size is not None for s in sources) and sum(s.size for s in sources) == 0:
             raise InputError("input is empty (0 bytes)")
         return sources, find_boundaries(sources, comm.size)
 
@@ -314,33 +471,68 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], tm
     lo, hi = bounds[comm.rank], bounds[comm.rank + 1]
 
     # pass 1: count
-    counter, stats = comm.agree(count_tokens, sources, lo, hi, opts)
-    gathered = comm.gather((counter, stats))
-    del counter
-    total, totals = merge_counts(gathered) if comm.is_root else (None, None)
+    if compiled:
+        def count():
+            spool = IdSpool(id_paths[comm.rank])
+            try:
+                scan, table, raw_to_type = count_compiled(sources, lo, hi, opts, spool)
+            finally:
+                spool.close()
+            return spool, scan, table, raw_to_type
+
+        spool, scan, table, raw_to_type = comm.agree(count)
+        gathered = comm.gather((table.arrays(), scan.stats, scan.sizes))
+        if comm.is_root:
+            for i, size in gathered[0][2].items():    # sources streamed by the one rank
+                sources[i] = dataclasses.replace(sources[i], size=size)
+            total, totals = merge_tables([g[:2] for g in gathered])
+            raw_types = len(total)
+        else:
+            total = totals = raw_types = None
+    else:
+        counter, stats = comm.agree(count_tokens, sources, lo, hi, opts)
+        gathered = comm.gather((counter, stats))
+        del counter
+        total, totals = merge_counts(gathered) if comm.is_root else (None, None)
+        raw_types = None if total is None else len(total)  # rank 0's, for its summary
     del gathered
 
     def fix_vocab(total, totals):
+        if sum(s.size for s in sources) == 0:
+            raise InputError("input is empty (0 bytes)")
         if totals.raw_tokens == 0:
             raise InputError("input has no tokens (only blanks, tags or nothing)")
-        words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab)
+        if compiled:
+            words, counts = build_vocab_from_table(total, cfg.min_count, cfg.max_vocab)
+        else:
+            words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab)
         if not words:
             raise InputError(f"no word occurs at least --min-count={cfg.min_count} times "
                              f"({totals.raw_tokens} tokens, {len(total)} distinct)")
         return words, counts
 
     words, counts = comm.on_root(fix_vocab, total, totals)
-    raw_types = None if total is None else len(total)  # rank 0's, for its summary
     del total
-    lookup = {w: i for i, w in enumerate(words)}
 
     # pass 2: ids into per-rank part files
     def write_part():
-        part = corpus_io.PartWriter(part_paths[comm.rank])
         try:
-            write_ids(sources, lo, hi, opts, lookup, part)
-        finally:
+            part = corpus_io.PartWriter(part_paths[comm.rank])
+        except (OSError, RuntimeError) as e:
+            raise _disk_full(part_paths[comm.rank], e) from None
+        try:
+            if compiled:
+                vocab = TokenTable.from_words(words)
+                final = vocab.lookup_all(*table.arrays()[:3])
+                line_ends = np.concatenate(scan.line_ends) if scan.line_ends else np.zeros(0, dtype=np.int64)
+                write_ids_compiled(spool, final[raw_to_type], line_ends, part)
+            else:
+                write_ids(sources, lo, hi, opts, {w: i for i, w in enumerate(words)}, part)
             part.close()
+        except (OSError, RuntimeError) as e:
+            raise _disk_full(part_paths[comm.rank], e) from None
+        finally:
+            _close_quietly(part)
 
     comm.agree(write_part)
 
@@ -360,11 +552,14 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], tm
                 corpus_io.A_DOC_LINES: totals.doc_lines,
                 corpus_io.A_RANKS: comm.size,
             }
-            corpus_id = corpus_io.stitch_parts(
-                part_paths, tmp, words=[w.decode("utf-8") for w in words], counts=counts,
-                attrs=attrs, sentence_length=cfg.sentence_length)
-            os.replace(tmp, cfg.output)
-            fsync_dir(cfg.output)
+            try:
+                corpus_id = corpus_io.stitch_parts(
+                    part_paths, tmp, words=[w.decode("utf-8") for w in words], counts=counts,
+                    attrs=attrs, sentence_length=cfg.sentence_length)
+                os.replace(tmp, cfg.output)
+                fsync_dir(cfg.output)
+            except (OSError, RuntimeError) as e:
+                raise _disk_full(cfg.output, e) from None
         finally:
             _remove([tmp])
         with corpus_io.Corpus(cfg.output) as c:
@@ -378,6 +573,12 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], tm
         }
 
     return comm.on_root(stitch, broadcast=False)
+
+
+def _close_quietly(part) -> None:
+    """Close a part file after a failure; its own error (the disk is still full) changes nothing."""
+    with contextlib.suppress(Exception):
+        part._f.close()
 
 
 # ------------------------------------------------------------------------- signals
@@ -517,9 +718,17 @@ def _body(argv, comm: Comm, signals: _Signals) -> int:
 def main(argv=None) -> int:
     with _Signals() as signals:
         try:
-            return run_main(PROG, lambda a, c: _body(a, c, signals), argv)
+            rc = run_main(PROG, lambda a, c: _body(a, c, signals), argv)
         except Interrupted as e:  # while MPI was starting: nothing was written yet
             return _interrupted(e, signals.comm)
+    if _H5_WRITE_FAILED and __name__ == "__main__":
+        # A file whose write failed (a full disk) stays open inside the HDF5 library, which
+        # flushes it again at interpreter exit and crashes (exit 139). The error was reported
+        # and every temporary file removed: leave without that exit handler.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 if __name__ == "__main__":
