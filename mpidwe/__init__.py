@@ -4,11 +4,12 @@ Python API (docs/api.md)::
 
     vecs = mpidwe.load("run")                  # a run directory, a checkpoint or a word2vec file
     vecs.most_similar("king", topn=5)
-    vecs = mpidwe.fit(corpus="corpus.h5", out="run", dim=100, epochs=5)   # train in this process
+    vecs = mpidwe.train(corpus="corpus.h5", out="run", dim=100, epochs=5)   # train in this process
 
 ``load``, ``fit`` and ``WordVectors`` live in ``mpidwe.api`` and are imported on first use, so
-``import mpidwe`` loads neither numpy nor h5py, torch or scipy. Training is ``fit``, not
-``train``: ``mpidwe.train`` is the module of ``python -m mpidwe.train`` (see ``api.fit``).
+``import mpidwe`` loads neither numpy nor h5py, torch or scipy. ``mpidwe.train`` is the
+module of ``python -m mpidwe.train``, and calling it, ``mpidwe.train(**options)``, is
+``mpidwe.fit(**options)``.
 """
 
 __version__ = "0.1.0"
@@ -22,6 +23,10 @@ def __getattr__(name):
         from . import api
 
         return getattr(api, name)
+    if name == "train":    # the module, callable: mpidwe.train(**options) is mpidwe.fit(**options)
+        import importlib
+
+        return importlib.import_module(".train", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -30,6 +31,7 @@ from .evaluate.vectors import write_word2vec
 from .kernels.common import learning_rate as kernel_learning_rate
 from .fsutil import DirLock, atomic_write, reason, remove_leftovers
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
+from .balance import EpochStream, SpeedWeights, split_points
 from .guard import DivergenceGuard
 from .progress import ProgressLog, bar_wanted, setup_cli_logging
 from .sync import Synchronizer, lr_scale
@@ -390,7 +392,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 # ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
 # (replan), which continues the run but is not bit-identical to an uninterrupted one.
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
-                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives")
+                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance")
 
 
 def needs_replan(progress: checkpoint.Progress, plan: "Plan", world: int) -> bool:
@@ -458,6 +460,26 @@ def replan(cfg: TrainConfig, plan: "Plan", comm: Comm, corpus: Corpus,
     return with_replan(plan, comm, record)
 
 
+def balanced_continuation(cfg: TrainConfig, plan: "Plan", comm: Comm, state: checkpoint.TrainingState) -> "Plan":
+    """--balance speed: the stream position continues on any number of ranks; the rounds
+    left split the remaining words (every rank gets fresh RNG streams if the ranks changed)."""
+    p = state.progress
+    cursor = int(p.positions[0])
+    sync_every = plan.resolved["sync_every"]
+    left = math.ceil((plan.words_total - cursor) / (comm.size * sync_every)) if cursor < plan.words_total else 0
+    rounds = p.round + left
+    targets = np.full(rounds, cursor, dtype=np.int64)
+    if left:
+        targets[p.round:] = cursor + round_targets(plan.words_total - cursor, left)
+    if p.world_size != comm.size:
+        seed = derived_seed(state.rng_state, p.round)
+        width = max(state.rng_state.shape[1], plan.threads)
+        state.rng_state = np.stack([rng_seeds(seed, r, width) for r in range(comm.size)])
+    p.rounds, p.world_size, p.words_total, p.positions = rounds, comm.size, plan.words_total, [cursor] * comm.size
+    p.lr = learning_rate(cfg, p.words_done, plan.words_total)
+    return dataclasses.replace(plan, rounds=rounds, targets=targets, resolved=dict(plan.resolved, rounds=rounds))
+
+
 def with_replan(plan: "Plan", comm: Comm, record: dict) -> "Plan":
     """The plan of a re-planned run (``record`` from :func:`replan`, stored in the run's
     configuration and so in every later checkpoint, which then resumes exactly)."""
@@ -475,6 +497,8 @@ def continued_plan(cfg: TrainConfig, plan: "Plan", comm: Comm, corpus: Corpus,
     """The plan that continues ``state``: the fresh plan when the checkpoint was written by
     it, the checkpoint's own re-plan when it was written after one, else a new re-plan."""
     p = state.progress
+    if cfg.balance == "speed":
+        return balanced_continuation(cfg, plan, comm, state)
     if record and (record["rounds"] == p.rounds and len(record["starts"]) == comm.size == p.world_size
                    and p.words_total == plan.words_total):
         return with_replan(plan, comm, record)
@@ -515,12 +539,14 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
     sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size)
     rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
     words_total = corpus.n_tokens * cfg.epochs
+    if cfg.balance == "speed":    # one stream for all ranks; targets are global positions
+        rounds = max(1, math.ceil(words_total / (comm.size * sync_every)))
     resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__)
-    return Plan(device, kernel, threads, shard, rounds, round_targets(shard.n_tokens * cfg.epochs, rounds),
-                words_total, scale, resolved)
+    own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
+    return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved)
 
 
 def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, vocab_size: int) -> checkpoint.TrainingState:
@@ -683,13 +709,19 @@ class RoundTotals:
     stop: bool                 # some rank got SIGTERM/SIGUSR1
     due: bool                  # rank 0's clock says a timed checkpoint is due
     log_due: bool = False      # rank 0's clock says a progress line is due
+    speeds: np.ndarray | None = None   # --balance speed: every rank's words per compute second
 
     @classmethod
     def agree(cls, comm: Comm, words: int, loss: float, examples: float, stop: bool, due: bool,
-              log_due: bool = False) -> "RoundTotals":
+              log_due: bool = False, speed: float | None = None) -> "RoundTotals":
         a = np.array([words, loss, examples, float(stop), float(due), float(log_due)], dtype=np.float64)
+        if speed is not None:          # each rank fills its own slot; the sum is the vector
+            slots = np.zeros(comm.size)
+            slots[comm.rank] = speed
+            a = np.concatenate((a, slots))
         comm.allreduce_(a)
-        return cls(int(a[0]), float(a[1]), float(a[2]), a[3] > 0, a[4] > 0, a[5] > 0)
+        return cls(int(a[0]), float(a[1]), float(a[2]), a[3] > 0, a[4] > 0, a[5] > 0,
+                   a[6:].copy() if speed is not None else None)
 
 
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
@@ -738,8 +770,15 @@ class Trainer:
         self.touched = [np.zeros(v, dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
         self.syncer = Synchronizer(comm, [state.w_in, state.w_out], mode=cfg.sync, scale=plan.scale,
                                    allreduce=cfg.allreduce)
-        self.stream = ShardStream(corpus, plan.shard, cfg.epochs, cfg.block_tokens,
-                                  start=state.progress.positions[comm.rank])
+        self.balanced = cfg.balance == "speed"
+        if self.balanced:
+            self.stream = EpochStream(corpus, cfg.epochs, cfg.block_tokens, start=state.progress.positions[0])
+            self.speeds = SpeedWeights(comm.size)
+        else:
+            self.stream = ShardStream(corpus, plan.shard, cfg.epochs, cfg.block_tokens,
+                                      start=state.progress.positions[comm.rank])
+        self.round_end = 0            # --balance speed: the stream position this round ends at
+        self.round_speed = 0.0        # this rank's words per compute second in the last round
         self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched)
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
         self.evaluator = comm.on_root(Evaluator, cfg, self.words, self._pip_reference(), broadcast=False)
@@ -768,11 +807,12 @@ class Trainer:
         words, loss, examples = 0, 0.0, 0.0
         t = time.perf_counter()
         self.backend.begin_round()
-        for tokens, starts in self.stream.take(int(self.plan.targets[rnd])):
+        pieces, scale = self.round_pieces(rnd)
+        for tokens, starts in pieces:
             l, n_ex, n_words = self.backend.train(
                 tokens, starts, self.keep, self.table, self.rng, model=cfg.model, window=cfg.window,
                 negative=cfg.negative, lr0=self.local_lr, lr_min=self.local_lr * cfg.min_lr_ratio,
-                words_done=p.words_done + self.comm.size * words, words_scale=self.comm.size,
+                words_done=p.words_done + scale * words, words_scale=scale,
                 words_total=self.plan.words_total, threads=self.plan.threads,
                 shared_negatives=self.shared_negatives)
             words += n_words
@@ -782,8 +822,23 @@ class Trainer:
             if bar is not None:
                 bar.update(n_words * self.comm.size)
         self.backend.end_round()
-        self.compute_s += time.perf_counter() - t
+        seconds = time.perf_counter() - t
+        self.compute_s += seconds
+        self.round_speed = words / seconds if words and seconds > 0 else 0.0
         return words, loss, examples
+
+    def round_pieces(self, rnd: int):
+        """This rank's pieces of round ``rnd`` and how many global words one of its words
+        stands for (the learning-rate schedule runs on global progress)."""
+        if not self.balanced:
+            return self.stream.take(int(self.plan.targets[rnd])), float(self.comm.size)
+        st = self.stream
+        lo = st.consumed
+        hi = st.total if rnd == self.plan.rounds - 1 else st.snap(int(self.plan.targets[rnd]))
+        points = split_points(lo, hi, self.speeds.weights(), st.snap)
+        a, b = points[self.comm.rank], points[self.comm.rank + 1]
+        self.round_end = hi
+        return st.pieces(a, b), (hi - lo) / max(b - a, 1)
 
     def check_divergence(self, rnd: int, totals: RoundTotals, max_abs: float) -> None:
         """Every rank holds the same synced parameters, so the verdict is the same on every
@@ -825,7 +880,11 @@ class Trainer:
                 due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
                                and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)
                 totals = RoundTotals.agree(comm, words, loss, examples, self.stop.requested, due_by_time,
-                                           ticker is not None and ticker.due())
+                                           ticker is not None and ticker.due(),
+                                           self.round_speed if self.balanced else None)
+                if self.balanced:
+                    self.stream.consumed = self.round_end
+                    self.speeds.update(totals.speeds)
                 self.check_divergence(rnd, totals, max_abs)
                 p.round, p.words_done = rnd + 1, p.words_done + totals.words
                 p.lr = learning_rate(cfg, p.words_done, plan.words_total)
@@ -894,6 +953,8 @@ class Trainer:
             "words_per_s_run": (p.words_done - words_at_start) / max(elapsed, 1e-9),
             # each rank's own words per wall second since the last line (a slow rank shows here)
             "words_per_s_rank": [round(float(w) / max(elapsed - last_log[1], 1e-9), 1) for w in since],
+            "words_rank": [int(w) for w in rank_words],     # each rank's words in this process
+            **({"balance_weights": [round(float(w), 3) for w in self.speeds.weights()]} if self.balanced else {}),
             "seconds": elapsed, "syncs": s.syncs,
             "comm_bytes": [int(r[0]) for r in per_rank],
             "comm_seconds": [round(r[1], 4) for r in per_rank],
@@ -1020,6 +1081,20 @@ def main(argv=None) -> int:
     with StopRequest() as stop:
         return run_main(PROG, lambda a, c: _body(a, c, stop), argv)
 
+
+class _CallableModule(types.ModuleType):
+    """``mpidwe.train(**options)`` trains from Python: the same as :func:`mpidwe.fit`. The
+    module stays the module (``python -m mpidwe.train``, ``from mpidwe.train import run``);
+    calling it is the one extra (a module's ``__class__`` may be set to a ModuleType
+    subclass: Python's reference, "Customizing module attribute access")."""
+
+    def __call__(self, **options):
+        from .api import fit
+
+        return fit(**options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

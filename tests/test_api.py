@@ -179,6 +179,24 @@ def test_fit_trains_in_this_process_and_returns_the_vectors(tmp_path):
         mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "run"), dim=8, progress=False, log=None)
 
 
+def test_calling_mpidwe_train_trains_like_fit(tmp_path):
+    """mpidwe.train is the module (python -m mpidwe.train) and, called, trains like fit."""
+    d = make_demo_corpus(tmp_path, tokens=30_000, seed=3)
+    code = f"""
+import mpidwe
+vecs = mpidwe.train(corpus={str(d / "corpus.h5")!r}, out={str(tmp_path / "run")!r}, dim=8, threads=1,
+                    progress=False, epochs=1, log=None)
+import mpidwe.train as t
+assert t is mpidwe.train and callable(t) and hasattr(t, "run")
+print(len(vecs), vecs.dim)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=mpi_env(),
+                          cwd=str(tmp_path), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    back = mpidwe.load(tmp_path / "run")
+    assert proc.stdout.split() == [str(len(back)), "8"]
+
+
 def test_import_is_light_and_train_stays_the_module():
     code = """
 import sys, mpidwe
