@@ -338,6 +338,10 @@ class TrainConfig:
     max_local_lr: float = opt(0.2, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable), and each synced "
                               "row is divided by max(s, ranks that touched it / 2)")
+    balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
+                       "speed: each round's words are divided among the ranks by the speed each measured "
+                       "(for ranks of uneven speed; not bit-reproducible; resumes on any rank count)",
+                       choices=["off", "speed"])
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
