@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
-from .formats import check_format, unreadable
+from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unreadable
 from .fsutil import atomic_path, reason
 
 FORMAT = "mpidwe-checkpoint"
@@ -176,7 +176,15 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
 
 
 def _write(path: str, ckpt: Checkpoint) -> None:
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_path(path) as tmp:
+        skip = _write_hdf5(tmp, ckpt)
+        seal(tmp, skip)     # atomic_path fsyncs it before the rename
+
+
+def _write_hdf5(tmp: str, ckpt: Checkpoint) -> list[tuple[int, int]]:
+    """The HDF5 part; returns the byte ranges of the two matrices, which the seal leaves
+    out (the parameter and content checksums cover them when the file is read)."""
+    with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
         f.attrs[A_FORMAT] = FORMAT
         f.attrs[A_VERSION] = FORMAT_VERSION
         f.attrs[A_TOOL_VERSION] = __version__
@@ -197,6 +205,7 @@ def _write(path: str, ckpt: Checkpoint) -> None:
         f.flush()
         f.attrs[A_CONTENT] = content_sha256(f)
         f.flush()
+        return [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
 
 
 def list_checkpoints(directory: str) -> list[str]:
@@ -210,10 +219,13 @@ def _str(v) -> str:
 
 
 def load(path: str, *, verify: bool = True) -> Checkpoint:
-    """Read a checkpoint, checking format, version and (with ``verify``) the parameter
-    checksum. Opens read-only, so it works while a run is writing newer checkpoints."""
+    """Read a checkpoint, checking its seal, format, version and (with ``verify``) the
+    content checksum. Opens read-only, so it works while a run is writing newer
+    checkpoints. A checkpoint without a seal (written before mpidwe had one) is still read,
+    but HDF5 is then not protected from its damage."""
     if not os.path.exists(path):
         raise InputError(f"checkpoint not found: {path}")
+    check_seal(path, "checkpoint")      # from the raw bytes, before HDF5 parses anything
     try:
         f = h5py.File(path, "r", locking=False)
     except OSError:

@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError
-from .formats import check_format, unreadable
+from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unreadable
 from .fsutil import fsync_path
 from .sharding import sentence_shard
 
@@ -47,7 +47,7 @@ D_TOKENS = "tokens"
 D_SENTENCES = "sentences"
 D_LINE_STARTS = "line_starts"
 
-TOKEN_CHUNK = 1 << 18          # tokens per HDF5 chunk (1 MiB of int32)
+TOKEN_CHUNK = 1 << 18          # tokens per HDF5 chunk of a part file (1 MiB of int32)
 COPY_ITEMS = 1 << 22           # items copied at a time when stitching
 
 
@@ -105,18 +105,48 @@ def _sentence_starts(line_starts: np.ndarray, seg_start: int, carry: int, n: int
     return np.repeat(seg_a + first, k) + length * within
 
 
+def _sentence_blocks(parts: list, sizes: list[int], sentence_length: int) -> Iterator[np.ndarray]:
+    """The corpus's sentence starts (global token indices, ascending), block by block, from
+    the rank-ordered parts' line starts. Reads at most COPY_ITEMS line starts at a time."""
+    offset, carry = 0, 0  # carry: kept tokens of the open line before this part
+    for part, n in zip(parts, sizes):
+        lines = part[D_LINE_STARTS]
+        n_lines = lines.shape[0]
+        seg_start = 0
+        for a in range(0, max(n_lines, 1), COPY_ITEMS):
+            ls = lines[a:min(a + COPY_ITEMS, n_lines)]
+            last = a + COPY_ITEMS >= n_lines
+            # the segment after the last line start stays open until the part ends
+            end = n if last else int(ls[-1])
+            body = ls if last else ls[:-1]
+            yield _sentence_starts(body, seg_start, carry, end, sentence_length) + offset
+            if not last:
+                carry = 0
+            elif len(body):
+                carry = end - int(body[-1])
+            else:
+                carry += end - seg_start
+            seg_start = end
+        offset += n
+
+
 def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], counts: np.ndarray,
                  attrs: dict, sentence_length: int) -> str:
     """Write the final corpus from rank-ordered part files into ``out_path`` (a temporary
-    name; the caller renames). Streams: memory is bounded by COPY_ITEMS. Returns the
-    corpus id (sha256 of vocabulary, counts, tokens and sentences)."""
+    name; the caller renames), sealed and fsynced. Streams: memory is bounded by
+    COPY_ITEMS. Returns the corpus id (sha256 of vocabulary, counts, tokens and sentences).
+
+    The tokens and the sentence starts are stored contiguously (the sentences are counted
+    first, in a pass over the parts' line starts), so the seal leaves out exactly their two
+    byte ranges, which HDF5 copies without interpreting them."""
     parts = [h5py.File(p, "r") for p in part_paths]
     try:
         sizes = [int(p[D_TOKENS].shape[0]) for p in parts]
         total = sum(sizes)
+        n_sentences = sum(len(s) for s in _sentence_blocks(parts, sizes, sentence_length))
         digest = hashlib.sha256()  # vocabulary, counts, then tokens (rank-count independent)
         sent_digest = hashlib.sha256()
-        with h5py.File(out_path, "w") as f:
+        with h5py.File(out_path, "w", userblock_size=SEAL_SIZE) as f:
             f.attrs[A_FORMAT] = FORMAT
             f.attrs[A_VERSION] = FORMAT_VERSION
             for k, v in attrs.items():
@@ -128,53 +158,35 @@ def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], coun
             f.create_dataset(D_WORDS, data=np.array(words, dtype=object),
                              dtype=h5py.string_dtype("utf-8"))
             f.create_dataset(D_COUNTS, data=counts)
-            tokens = f.create_dataset(D_TOKENS, shape=(total,), dtype=np.int32,
-                                      chunks=(min(TOKEN_CHUNK, max(total, 1)),))
-            sentences = f.create_dataset(D_SENTENCES, shape=(0,), maxshape=(None,), dtype=np.int64,
-                                         chunks=(1 << 16,))
-            offset, carry = 0, 0  # carry: kept tokens of the open line before this part
+            tokens = f.create_dataset(D_TOKENS, shape=(total,), dtype=np.int32)
+            sentences = f.create_dataset(D_SENTENCES, shape=(n_sentences,), dtype=np.int64)
+            offset = 0
             for part, n in zip(parts, sizes):
                 src = part[D_TOKENS]
                 for a in range(0, n, COPY_ITEMS):
                     block = src[a:min(a + COPY_ITEMS, n)]
                     tokens[offset + a:offset + a + len(block)] = block
                     digest.update(block.tobytes())
-                lines = part[D_LINE_STARTS]
-                n_lines = lines.shape[0]
-                seg_start = 0
-                for a in range(0, max(n_lines, 1), COPY_ITEMS):
-                    ls = lines[a:min(a + COPY_ITEMS, n_lines)]
-                    last = a + COPY_ITEMS >= n_lines
-                    # the segment after the last line start stays open until the part ends
-                    end = n if last else int(ls[-1])
-                    body = ls if last else ls[:-1]
-                    s = _sentence_starts(body, seg_start, carry, end, sentence_length) + offset
-                    _append(sentences, s)
-                    sent_digest.update(s.tobytes())
-                    if not last:
-                        carry = 0
-                    elif len(body):
-                        carry = end - int(body[-1])
-                    else:
-                        carry += end - seg_start
-                    seg_start = end
                 offset += n
+            done = 0
+            for s in _sentence_blocks(parts, sizes, sentence_length):
+                if len(s):
+                    sentences[done:done + len(s)] = s
+                    sent_digest.update(s.tobytes())
+                    done += len(s)
+            if done != n_sentences:   # both passes read the same parts: a bug, not bad input
+                raise RuntimeError(f"sentence starts: counted {n_sentences}, then made {done}")
             digest.update(sent_digest.digest())
             corpus_id = digest.hexdigest()
             f.attrs[A_CORPUS_ID] = corpus_id
             f.flush()
+            skip = [raw_extent(tokens), raw_extent(sentences)]
+        seal(out_path, skip)
         fsync_path(out_path)
         return corpus_id
     finally:
         for p in parts:
             p.close()
-
-
-def _append(ds, arr: np.ndarray) -> None:
-    if len(arr):
-        n = ds.shape[0]
-        ds.resize((n + len(arr),))
-        ds[n:] = arr
 
 
 # ---------------------------------------------------------------------------- reader
@@ -199,11 +211,12 @@ class Corpus:
         self.path = path
         if not os.path.exists(path):
             raise InputError(f"corpus not found: {path}")
+        hint = "; make one from text with python -m mpidwe.preprocess TEXT --output CORPUS.h5"
+        check_seal(path, "corpus", hint, fix=" (preprocess it again)")   # before HDF5 parses it
         try:
             self._f = h5py.File(path, "r")
         except OSError:
-            raise unreadable(path, "corpus", "; make one from text with python -m mpidwe.preprocess TEXT "
-                                             "--output CORPUS.h5") from None
+            raise unreadable(path, "corpus", hint) from None
         try:
             self._check()
         except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:

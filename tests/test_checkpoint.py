@@ -8,6 +8,23 @@ import pytest
 
 from mpidwe import checkpoint
 from mpidwe.errors import InputError
+from mpidwe.formats import reseal
+
+
+def unsealed_copy(src, dst, **attrs):
+    """A copy of ``src`` as an mpidwe from before the seal wrote it (no user block), with
+    root attributes changed (None: removed)."""
+    with h5py.File(src, "r") as a, h5py.File(dst, "w") as b:
+        for name in a:
+            a.copy(a[name], b, name=name)
+        for k, v in a.attrs.items():
+            b.attrs[k] = v
+        for k, v in attrs.items():
+            if v is None:
+                del b.attrs[k]
+            else:
+                b.attrs[k] = v
+    return str(dst)
 
 
 def make(round_=1, v=20, d=4):
@@ -71,7 +88,15 @@ def test_foreign_and_future_files_refused(tmp_path):
     path = checkpoint.save(str(tmp_path), make(1))
     with h5py.File(path, "a") as f:
         f.attrs["format_version"] = 7
+    with pytest.raises(InputError, match="fails its checksum"):
+        checkpoint.load(path)                  # an edit in place breaks the seal
+    reseal(path)                               # as a newer mpidwe would have written it
     with pytest.raises(InputError, match="version 7"):
+        checkpoint.load(path)
+    head = bytearray(open(path, "rb").read())
+    head[12:13] = b"2"                         # "MPIDWE-SEAL 2": a newer seal
+    open(path, "wb").write(bytes(head))
+    with pytest.raises(InputError, match="mpidwe header of version 2; this mpidwe .* reads version 1"):
         checkpoint.load(path)
 
 
@@ -93,13 +118,40 @@ def test_every_dataset_and_attribute_is_checksummed(tmp_path, damage):
             f.attrs[checkpoint.A_CONFIG] = '{"dim": 4, "model": "cbow"}'
         else:
             f.attrs[checkpoint.A_COMPLETE] = True
-    with pytest.raises(InputError, match="content checksum mismatch"):
-        checkpoint.load(path)
+    with pytest.raises(InputError, match="fails its checksum"):
+        checkpoint.load(path)                  # the seal, before HDF5 reads anything
+    legacy = unsealed_copy(path, tmp_path / "legacy.h5")
+    reseal(path)
+    for p in (path, legacy):                   # the content checksum: sealed or not
+        with pytest.raises(InputError, match="content checksum mismatch"):
+            checkpoint.load(p)
 
 
 def test_version_1_checkpoints_still_load(tmp_path):
+    """Version 1 (no content checksum) and version 2 files written before the seal."""
     path = checkpoint.save(str(tmp_path), make())
-    with h5py.File(path, "r+") as f:
-        f.attrs[checkpoint.A_VERSION] = 1
-        del f.attrs[checkpoint.A_CONTENT]
-    assert checkpoint.load(path).progress.round == 1
+    v1 = unsealed_copy(path, tmp_path / "v1.h5", format_version=1, content_sha256=None)
+    v2 = unsealed_copy(path, tmp_path / "v2.h5")
+    assert open(v1, "rb").read(4) == b"\x89HDF"
+    for p in (v1, v2):
+        got = checkpoint.load(p)
+        assert got.progress.round == 1 and got.words == make().words
+        assert np.array_equal(got.w_in, make().w_in)
+
+
+def test_checkpoints_are_sealed(tmp_path):
+    """The seal covers every byte but the two matrices (which the checksums cover), and is
+    checked before HDF5 parses the file: a flipped byte in the vocabulary's heap, which
+    made HDF5 spin forever, is refused at once."""
+    path = checkpoint.save(str(tmp_path), make())
+    data = open(path, "rb").read()
+    assert data.startswith(b"MPIDWE-SEAL 1\n")
+    with h5py.File(path, "r") as f:
+        params = [(f[n].id.get_offset(), f[n].id.get_storage_size()) for n in (checkpoint.D_W_IN, checkpoint.D_W_OUT)]
+    assert f"skip {params[0][0]}+{params[0][1]} {params[1][0]}+{params[1][1]}\n".encode() in data[:512]
+    heap = data.index(b"GCOL")
+    bad = bytearray(data)
+    bad[heap + 40] ^= 0xFF
+    open(path, "wb").write(bytes(bad))
+    with pytest.raises(InputError, match="is damaged: the file fails its checksum"):
+        checkpoint.load(path)

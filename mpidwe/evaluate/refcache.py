@@ -19,11 +19,13 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError
+from ..formats import SEAL_SIZE, check_seal, seal
 from ..fsutil import atomic_path
 
 FORMAT = "mpidwe-sppmi-cache"
 FORMAT_VERSION = 1
 SUFFIX = ".sppmi.h5"
+DELETE = "; delete it to recompute"
 
 # names of groups, datasets and attributes
 A_FORMAT = "format"
@@ -80,7 +82,9 @@ def _text(v) -> str:
 
 
 def _open_checked(path: str) -> h5py.File:
-    """Open an existing cache read-only after checking its format and version."""
+    """Open an existing cache read-only after checking its seal (from the raw bytes, before
+    HDF5 parses anything), its format and its version."""
+    check_seal(path, "PIP reference cache", DELETE, DELETE)
     try:
         f = h5py.File(path, "r")
     except OSError:
@@ -166,21 +170,28 @@ def write_reference(path: str, ref: CachedReference) -> None:
     another corpus (the corpus file was rewritten) are dropped. Crash-safe."""
     old = _open_checked(path) if os.path.exists(path) else None
     try:
-        with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-            f.attrs[A_FORMAT] = FORMAT
-            f.attrs[A_VERSION] = FORMAT_VERSION
-            f.attrs[A_CORPUS_ID] = ref.key.corpus_id
-            f.attrs[A_TOOL_VERSION] = __version__
-            if old is not None and _text(old.attrs.get(A_CORPUS_ID, "")) == ref.key.corpus_id:
-                dst = f.require_group(G_REFERENCES)
-                for gname, g in old.get(G_REFERENCES, {}).items():
-                    if gname != ref.key.group:
-                        old.copy(g, dst, name=gname)
-            _write_entry(f, ref)
-            f.flush()
+        with atomic_path(path) as tmp:
+            _write_file(tmp, ref, old)
+            seal(tmp)           # atomic_path fsyncs it before the rename
     finally:
         if old is not None:
             old.close()
+
+
+def _write_file(tmp: str, ref: CachedReference, old: h5py.File | None) -> None:
+    """The new cache: ``ref`` plus the other entries of ``old`` for the same corpus."""
+    with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
+        f.attrs[A_FORMAT] = FORMAT
+        f.attrs[A_VERSION] = FORMAT_VERSION
+        f.attrs[A_CORPUS_ID] = ref.key.corpus_id
+        f.attrs[A_TOOL_VERSION] = __version__
+        if old is not None and _text(old.attrs.get(A_CORPUS_ID, "")) == ref.key.corpus_id:
+            dst = f.require_group(G_REFERENCES)
+            for gname, g in old.get(G_REFERENCES, {}).items():
+                if gname != ref.key.group:
+                    old.copy(g, dst, name=gname)
+        _write_entry(f, ref)
+        f.flush()
 
 
 def list_references(path: str) -> list[str]:

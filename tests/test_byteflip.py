@@ -1,0 +1,437 @@
+"""Byte-flip campaign: one flipped byte anywhere in a corpus, a checkpoint or an SPPMI
+cache must end, within 10 s, in a clean one-line refusal or (only where the byte provably
+cannot matter) in the unchanged content. A hang inside HDF5 (it ignores SIGTERM) or a
+crash would burn a whole Slurm allocation; a silent change would train or report wrong
+numbers.
+
+Every flip runs the reader entry points the commands use, in worker subprocesses that the
+driver kills when one flip takes longer than the deadline:
+  corpus      Corpus(path), verify(), shard + iter_blocks  (train, before training)
+  checkpoint  checkpoint.load(path)                        (inspect, evaluate, train --resume)
+  cache       refcache.read_reference(path, key)           (evaluate --pip-reference, train)
+
+Standalone: ``python tests/test_byteflip.py [--kinds corpus,checkpoint,cache] [--stride K]
+[--jobs N] [--masks ff,01] [--csv OUT]`` prints the outcomes per file kind and region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+KINDS = ("corpus", "checkpoint", "cache")
+DEADLINE = 10.0                      # seconds one flip may take, reader included
+OK = ("refused", "same")             # the only acceptable outcomes
+CACHE_KEY = dict(corpus_id="c0ffee" * 10 + "c0ff", window=3, negatives=2, dim=4, top_n=40, alpha=0.5)
+
+
+# ------------------------------------------------------------------ the three small files
+def _text(directory: Path) -> Path:
+    import random
+
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(50)] + ["naïve", "東京", "x" * 40]
+    lines = [" ".join(rng.choice(words[: rng.randint(5, len(words))]) for _ in range(rng.randint(0, 25)))
+             for _ in range(300)]
+    p = directory / "text.txt"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+def make_corpus(directory: Path) -> Path:
+    from mpidwe.comm import Comm
+    from mpidwe.config import PreprocessConfig
+    from mpidwe.preprocess import run
+
+    out = directory / "corpus.h5"
+    run(PreprocessConfig(inputs=(str(_text(directory)),), output=str(out), min_count=1, force=True), Comm.serial(), log=None)
+    return out
+
+
+def make_checkpoint(directory: Path) -> Path:
+    from mpidwe import checkpoint
+
+    rng = np.random.default_rng(3)
+    v, d = 53, 8
+    words = [f"w{i}" for i in range(50)] + ["naïve", "東京", "x" * 40]
+    state = checkpoint.TrainingState(
+        w_in=rng.standard_normal((v, d)).astype(np.float32), w_out=rng.standard_normal((v, d)).astype(np.float32),
+        progress=checkpoint.Progress(round=4, rounds=10, words_done=4000, words_total=10000, world_size=2,
+                                     positions=[2000, 2000], lr=0.0125),
+        rng_state=np.array([[11, 12], [13, 2**63 + 7]], dtype=np.uint64),
+        history=[{"step": r, "loss": 1.0 / (r + 1), "words": 1000 * r} for r in range(1, 5)])
+    ck = checkpoint.Checkpoint(state=state, words=words, counts=np.arange(v, 0, -1) * 3,
+                               config={"dim": d, "model": "skipgram", "window": 5, "lr": 0.025},
+                               corpus_id="ab" * 32, corpus_path="corpus.h5")
+    return Path(checkpoint.save(str(directory / "ckpts"), ck))
+
+
+def make_cache(directory: Path) -> Path:
+    from mpidwe.evaluate import refcache
+
+    rng = np.random.default_rng(5)
+    key = refcache.ReferenceKey(**CACHE_KEY)
+    words = [f"w{i}" for i in range(38)] + ["naïve", "東京"]
+    path = Path(refcache.cache_path(str(directory / "corpus.h5")))
+    refcache.write_reference(str(path), refcache.CachedReference(
+        key, words, rng.standard_normal((40, 4)).astype(np.float32), np.array([4.0, 3.0, 2.0, 1.0]),
+        {"pairs": 1234, "svd": "arpack", "seconds": 0.5}))
+    return path
+
+
+MAKERS = {"corpus": make_corpus, "checkpoint": make_checkpoint, "cache": make_cache}
+
+
+# ------------------------------------------------------------ what each reader returns
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, np.ndarray):
+            h.update(str((p.dtype.str, p.shape)).encode())
+            h.update(np.ascontiguousarray(p).tobytes())
+        else:
+            h.update(json.dumps(p, sort_keys=True, default=str).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def read_corpus(path: str) -> str:
+    """What ``train`` does with a corpus before and while training (1 rank)."""
+    from mpidwe.corpus import Corpus
+
+    with Corpus(path) as c:
+        c.verify()
+        shard = c.shard(0, 1)
+        blocks = [(t, s, o) for t, s, o in c.iter_blocks(shard, block_tokens=256)]
+        tokens = np.concatenate([b[0] for b in blocks]) if blocks else np.zeros(0, np.int32)
+        starts = np.concatenate([b[1] + b[2] for b in blocks]) if blocks else np.zeros(0, np.int64)
+        return _digest(c.corpus_id, c.words, c.counts, tokens, starts, c.attrs, c.n_sentences)
+
+
+def read_checkpoint(path: str) -> str:
+    from mpidwe import checkpoint
+
+    ck = checkpoint.load(path)
+    return _digest(ck.words, ck.counts, ck.w_in, ck.w_out, ck.state.rng_state, ck.progress.__dict__,
+                   ck.metrics, ck.config, ck.corpus_id, ck.corpus_path, ck.created, ck.tool_version, ck.complete)
+
+
+def read_cache(path: str) -> str:
+    from mpidwe.evaluate import refcache
+
+    ref = refcache.read_reference(path, refcache.ReferenceKey(**CACHE_KEY))
+    if ref is None:
+        return "miss"      # the entry looks absent or stale: evaluate recomputes it
+    return _digest(ref.words, ref.embedding, ref.singular_values, ref.info)
+
+
+READERS = {"corpus": read_corpus, "checkpoint": read_checkpoint, "cache": read_cache}
+
+
+# ------------------------------------------------------------------------- regions
+def regions(path: str) -> list[tuple[int, int, str]]:
+    """(start, end, label) of the raw data of every dataset and of the HDF5 structures
+    found by their signatures; the rest is labelled 'metadata' (superblock, object
+    headers) or 'seal' (the mpidwe header before the superblock)."""
+    import h5py
+
+    data = Path(path).read_bytes()
+    out = []
+    base = data.find(b"\x89HDF\r\n\x1a\n")
+    if base > 0:
+        out.append((0, base, "seal"))
+    with h5py.File(path, "r", locking=False) as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        for name in names:
+            dsid = f[name].id
+            if dsid.get_offset() is not None:
+                out.append((dsid.get_offset(), dsid.get_offset() + dsid.get_storage_size(), f"data:{name}"))
+            elif dsid.get_storage_size():
+                for i in range(dsid.get_num_chunks()):
+                    info = dsid.get_chunk_info(i)
+                    out.append((info.byte_offset, info.byte_offset + info.size, f"data:{name}"))
+    for sig, label in ((b"GCOL", "global heap"), (b"HEAP", "local heap"), (b"TREE", "B-tree"),
+                       (b"SNOD", "symbol table"), (b"OHDR", "object header"), (b"FRHP", "fractal heap"),
+                       (b"BTHD", "B-tree"), (b"BTLF", "B-tree")):
+        at = data.find(sig)
+        while at >= 0:
+            if sig == b"GCOL":
+                size = int.from_bytes(data[at + 8:at + 16], "little")
+            elif sig == b"HEAP":
+                size = 32 + int.from_bytes(data[at + 8:at + 16], "little")
+            else:
+                size = 16
+            if 0 < size < len(data) and not any(a <= at < b for a, b, _ in out):
+                out.append((at, min(at + size, len(data)), label))
+            at = data.find(sig, at + 1)
+    out.sort()
+    return out
+
+
+def label_of(offset: int, regs: list[tuple[int, int, str]]) -> str:
+    for a, b, label in regs:
+        if a <= offset < b:
+            return label
+    return "metadata"
+
+
+def choose_offsets(path: str, stride: int) -> list[int]:
+    """Every byte but the raw data of datasets over 1 KiB, of which every ``stride``-th byte
+    and the first and last: all of HDF5's structures (superblock, object headers, B-trees,
+    heaps, attributes), the small datasets and the seal flip byte by byte, the large
+    arrays HDF5 only copies are sampled."""
+    size = os.path.getsize(path)
+    sampled = np.zeros(size, bool)
+    chosen = set()
+    for a, b, label in regions(path):
+        if label.startswith("data:") and b - a > 1024:
+            sampled[a:b] = True
+            chosen.update(range(a, b, stride))
+            chosen.update({a, b - 1})
+    chosen.update(int(x) for x in np.flatnonzero(~sampled))
+    return sorted(chosen)
+
+
+# ------------------------------------------------------------------------- the worker
+def _one_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+
+def worker(kind: str, original: str, expected: str, scratch: str, todo: str) -> None:
+    """Reads ``offset mask`` lines from ``todo``; for each, flips the byte of a copy in
+    ``scratch``, runs the reader and prints ``START offset`` before and ``offset outcome
+    detail`` after."""
+    from mpidwe.errors import MpidweError
+
+    data = Path(original).read_bytes()
+    reader = READERS[kind]
+    target = os.path.join(scratch, os.path.basename(original))
+    Path(target).write_bytes(data)
+    fd = os.open(target, os.O_RDWR)   # flipped and restored in place: rewriting costs 1 ms a flip
+    previous = 0
+    for line in Path(todo).read_text().splitlines():
+        offset, mask = (int(x, 0) for x in line.split())
+        os.pwrite(fd, data[previous:previous + 1], previous)
+        os.pwrite(fd, bytes([data[offset] ^ mask]), offset)
+        previous = offset
+        print(f"START {offset}", flush=True)
+        try:
+            got = reader(target)
+            outcome, detail = ("same", "") if got == expected else ("DIFFERENT", got[:12])
+            if got == "miss":
+                outcome = "miss"
+        except MpidweError as e:
+            msg = str(e)
+            outcome, detail = ("refused", msg) if "\n" not in msg else ("multiline-error", _one_line(e))
+        except Exception as e:  # noqa: BLE001 - the campaign records every traceback
+            outcome, detail = "traceback", f"{type(e).__name__}: {_one_line(e)}"
+        print(f"{offset} {outcome} {json.dumps(detail)}", flush=True)
+
+
+# ------------------------------------------------------------------------- the driver
+def _spawn(kind, original, expected, scratch, todo):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", HDF5_USE_FILE_LOCKING="FALSE")
+    return subprocess.Popen([sys.executable, __file__, "--worker", kind, original, expected, scratch, todo],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env, cwd=scratch)
+
+
+class _Worker:
+    """One worker process, the flips it has still to answer, and the one it is on."""
+
+    def __init__(self, kind, original, expected, scratch, batch):
+        todo = os.path.join(scratch, "flips.txt")     # a file, not a pipe: no deadlock on big batches
+        Path(todo).write_text("".join(f"{off} {mask}\n" for off, mask in batch))
+        self.proc = _spawn(kind, original, expected, scratch, todo)
+        self.queue = collections.deque(batch)
+        self.busy_since = None                          # set while a flip is running
+        self.buffer = b""
+
+    def lines(self) -> list[str] | None:
+        """The complete lines now readable (unbuffered, so none hides from select), or
+        None at the end of its output."""
+        chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        *done, self.buffer = self.buffer.split(b"\n")
+        return [ln.decode() for ln in done]
+
+
+def campaign(kind: str, original: str, flips: list[tuple[int, int]], *, jobs: int = 4,
+             deadline: float = DEADLINE) -> dict[tuple[int, int], tuple[str, str, float]]:
+    """Run every (offset, mask) flip of ``original``; returns (outcome, detail, seconds)
+    per flip. Outcomes: refused, same, DIFFERENT, miss, traceback, multiline-error,
+    crash (the worker died), timeout (no answer within ``deadline``: the worker is killed
+    and a new one goes on with the rest)."""
+    expected = READERS[kind](original)
+    results: dict[tuple[int, int], tuple[str, str, float]] = {}
+    pending = collections.deque(flips)
+    sel = selectors.DefaultSelector()
+    per = -(-len(flips) // jobs)        # one batch per worker: it starts once (imports take 0.5 s)
+    with tempfile.TemporaryDirectory(prefix="byteflip-") as tmp:
+        workers: list[_Worker] = []
+
+        def finish(w: _Worker, outcome: str) -> None:
+            sel.unregister(w.proc.stdout)
+            workers.remove(w)
+            if w.proc.poll() is None:
+                w.proc.kill()
+            w.proc.wait()
+            if w.busy_since is not None:               # the flip it was on
+                results[w.queue.popleft()] = (outcome, f"exit {w.proc.returncode}" if outcome == "crash" else "",
+                                              time.monotonic() - w.busy_since)
+            pending.extendleft(reversed(w.queue))
+
+        while pending or workers:
+            while pending and len(workers) < jobs:
+                batch = [pending.popleft() for _ in range(min(per, len(pending)))]
+                w = _Worker(kind, original, expected, tempfile.mkdtemp(dir=tmp), batch)
+                workers.append(w)
+                sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+            for key, _ in sel.select(timeout=0.5):
+                w = key.data
+                lines = w.lines()
+                if lines is None:
+                    finish(w, "crash")
+                    continue
+                for line in lines:
+                    if line.startswith("START "):
+                        w.busy_since = time.monotonic()
+                        continue
+                    off, outcome, detail = line.split(" ", 2)
+                    flip = w.queue.popleft()
+                    assert flip[0] == int(off)
+                    results[flip] = (outcome, json.loads(detail), time.monotonic() - w.busy_since)
+                    w.busy_since = None
+            now = time.monotonic()
+            for w in list(workers):
+                if w.busy_since is not None and now - w.busy_since > deadline:
+                    finish(w, "timeout")
+    return results
+
+
+def summarize(kind: str, path: str, results: dict) -> str:
+    regs = regions(path)
+    table = collections.defaultdict(collections.Counter)
+    for (off, _), (outcome, _, _) in results.items():
+        table[label_of(off, regs)][outcome] += 1
+    total = collections.Counter(o for o, _, _ in results.values())
+    slowest = max((s for _, _, s in results.values()), default=0.0)
+    lines = [f"{kind}: {os.path.getsize(path)} bytes, {len(results)} flips, slowest {slowest:.2f} s: "
+             + ", ".join(f"{k} {v}" for k, v in sorted(total.items()))]
+    for label in sorted(table):
+        lines.append(f"  {label:28s} " + ", ".join(f"{k} {v}" for k, v in sorted(table[label].items())))
+    return "\n".join(lines)
+
+
+def bad(results: dict) -> list:
+    return sorted((off, mask, o, d) for (off, mask), (o, d, _) in results.items() if o not in OK)
+
+
+# ------------------------------------------------------------------------------ tests
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    out = {}
+    for kind in KINDS:
+        d = tmp_path_factory.mktemp(kind)
+        out[kind] = str(MAKERS[kind](d))
+    return out
+
+
+MASKS = (0xFF, 0x01, 0x80, 0x10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_region_fails_fast(files, kind):
+    """Every byte of every HDF5 structure and small dataset, and every 64th byte of the large
+    arrays, each with one of four masks: every flip is refused in one line or leaves the
+    content unchanged, each within 10 s."""
+    path = files[kind]
+    flips = [(off, MASKS[i % len(MASKS)]) for i, off in enumerate(choose_offsets(path, 64))]
+    results = campaign(kind, path, flips, jobs=2)
+    print(summarize(kind, path, results))
+    assert len(results) == len(flips)
+    assert not bad(results), summarize(kind, path, results) + f"\nfirst bad: {bad(results)[:10]}"
+    assert max(s for _, _, s in results.values()) < DEADLINE
+    regs = regions(path)
+    assert {label_of(off, regs) for off, _ in flips} >= {"seal", "metadata", "global heap", "B-tree", "local heap"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_byte_every_mask(files, kind):
+    """The full sweep: every byte of the file with each of the four masks (minutes)."""
+    path = files[kind]
+    flips = [(off, mask) for off in range(os.path.getsize(path)) for mask in MASKS]
+    results = campaign(kind, path, flips, jobs=os.cpu_count() or 2)
+    print(summarize(kind, path, results))
+    assert not bad(results), summarize(kind, path, results) + f"\nfirst bad: {bad(results)[:10]}"
+
+
+# ------------------------------------------------------------------------------- CLI
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", nargs=5, metavar=("KIND", "FILE", "EXPECTED", "SCRATCH", "TODO"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--stride", type=int, default=64, help="large arrays: every K-th byte (the rest: every byte)")
+    ap.add_argument("--every-byte", action="store_true", help="flip every byte of the file")
+    ap.add_argument("--masks", default="ff", help="comma-separated XOR masks, hex")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
+    ap.add_argument("--deadline", type=float, default=DEADLINE)
+    ap.add_argument("--dir", help="keep the files here (default: a temporary folder)")
+    ap.add_argument("--csv", help="write every flip's outcome here")
+    a = ap.parse_args(argv)
+    if a.worker:
+        worker(*a.worker)
+        return 0
+    masks = [int(m, 16) for m in a.masks.split(",")]
+    with tempfile.TemporaryDirectory(prefix="byteflip-files-") as tmp:
+        base = Path(a.dir or tmp)
+        failed = 0
+        rows = []
+        for kind in a.kinds.split(","):
+            (base / kind).mkdir(parents=True, exist_ok=True)
+            path = str(MAKERS[kind](base / kind))
+            offsets = range(os.path.getsize(path)) if a.every_byte else choose_offsets(path, a.stride)
+            flips = [(o, m) for o in offsets for m in masks]
+            t0 = time.monotonic()
+            results = campaign(kind, path, flips, jobs=a.jobs, deadline=a.deadline)
+            print(summarize(kind, path, results) + f"\n  ({time.monotonic() - t0:.1f} s)", flush=True)
+            regs = regions(path)
+            for (off, mask), (o, d, s) in sorted(results.items()):
+                rows.append((kind, off, f"{mask:02x}", label_of(off, regs), o, f"{s:.3f}", d))
+                if o not in OK:
+                    failed += 1
+            for off, mask, o, d in bad(results)[:8]:
+                print(f"    {o:10s} offset {off} ({label_of(off, regs)}) mask {mask:02x}: {d}")
+        if a.csv:
+            import csv
+
+            with open(a.csv, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
+                csv.writer(fh).writerows([("kind", "offset", "mask", "region", "outcome", "seconds", "detail")]
+                                         + rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
