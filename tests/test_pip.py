@@ -12,6 +12,7 @@ from mpidwe.corpus import Corpus
 from mpidwe.errors import ConfigError, InputError
 from mpidwe.evaluate import pip, refcache, sppmi
 from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
+from mpidwe.formats import reseal
 from mpidwe.preprocess import run as preprocess
 
 from conftest import run_mpi
@@ -190,6 +191,7 @@ def test_cache_version_is_checked(tmp_path):
     reference_embedding(path, SPEC)
     with h5py.File(refcache.cache_path(path), "a") as f:
         f.attrs["format_version"] = 99
+    reseal(refcache.cache_path(path))     # an intact file of a newer version, not a damaged one
     with pytest.raises(InputError, match="version 99.*delete it"):
         reference_embedding(path, SPEC)
     assert not reference_embedding(path, SPEC, cache=False).cached

@@ -11,6 +11,7 @@ from mpidwe.comm import Comm
 from mpidwe.config import PreprocessConfig
 from mpidwe.corpus import Corpus
 from mpidwe.errors import InputError
+from mpidwe.formats import reseal
 from mpidwe.preprocess import run
 
 from conftest import error_lines, run_mpi, run_py
@@ -239,6 +240,7 @@ def test_reader_refuses_truncated_and_foreign_files(tmp_path):
     newer.write_bytes(good.read_bytes())
     with h5py.File(newer, "a") as f:
         f.attrs["format_version"] = 99
+    reseal(str(newer))     # an intact file of a newer version, not a damaged one
     for path, msg in [(trunc, "not a readable HDF5"), (foreign, "not an mpidwe corpus"),
                       (newer, "format version 99"),
                       (src, r"not an mpidwe corpus \(not an HDF5 file\); make one from text with python -m mpidwe.preprocess")]:
