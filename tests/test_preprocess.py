@@ -239,6 +239,9 @@ def test_reader_refuses_truncated_and_foreign_files(tmp_path):
     newer.write_bytes(good.read_bytes())
     with h5py.File(newer, "a") as f:
         f.attrs["format_version"] = 99
+    from mpidwe.formats import reseal
+
+    reseal(str(newer))     # a newer mpidwe's file is sealed: the version is what is refused
     for path, msg in [(trunc, "not a readable HDF5"), (foreign, "not an mpidwe corpus"),
                       (newer, "format version 99"),
                       (src, r"not an mpidwe corpus \(not an HDF5 file\); make one from text with python -m mpidwe.preprocess")]:
