@@ -8,7 +8,8 @@ directory, RUN_DIR/steps/NNNN, ending with a checkpoint and vectors.txt. Without
 
 RUN_DIR/follow.json (written atomically) records every file taken, with its size and
 SHA-256, and how far its step got: ``appending`` (recorded before the corpus changes),
-``appended`` (the corpus holds it: its id after the append) and ``trained``. A restart
+``appended`` (the corpus holds it: its id after the append) and ``trained`` (or
+``rejected``: a file without any token, recorded with the reason and not retried). A restart
 reads it and goes on: an ``appending`` step whose append landed (the corpus's last segment
 was appended to the id recorded before) is not appended again; an ``appended`` step
 resumes its run (``--resume auto``); a ``trained`` file is never taken again. So no file
@@ -184,7 +185,7 @@ class Follower:
             if not steps and not cfg.init_from:
                 steps = comm.on_root(self._base_step)
             for step in steps:                   # a step a stop or crash left unfinished
-                if step["state"] != "trained":
+                if step["state"] not in ("trained", "rejected"):
                     if self.do_step(step):
                         return EXIT_REQUEUE
             return self.watch()
@@ -232,7 +233,16 @@ class Follower:
                 if self.log:
                     self.log(f"step {step['step']}: appending {path}")
                 pcfg = PreprocessConfig(inputs=(path,), append=cfg.corpus)
-                preprocess.run(pcfg, comm, log=self.log)
+                try:
+                    preprocess.run(pcfg, comm, log=self.log)
+                except InputError as e:
+                    if not str(e).startswith("input "):     # the file itself is fine: stop
+                        raise
+                    # nothing to train in it (empty, only blanks): recorded, never retried
+                    comm.on_root(self._mark, step["step"], state="rejected", reason=str(e), broadcast=False)
+                    if self.log:
+                        self.log(f"step {step['step']}: {path} not appended: {e}")
+                    return False
             cid = comm.on_root(self._corpus_id)
             comm.on_root(self._mark, step["step"], state="appended", corpus_id=cid, broadcast=False)
             step.update(state="appended", corpus_id=cid)
@@ -250,6 +260,12 @@ class Follower:
                      f"{os.path.join(cfg.out, step['run'])}")
         return False
 
+    def _model_before(self, k: int) -> str | None:
+        """The newest trained step before step ``k`` (a rejected file trained nothing), else
+        ``--init-from``."""
+        done = [s for s in self.state.steps[:k] if s["state"] == "trained"]
+        return step_dir(self.cfg.out, done[-1]["step"]) if done else self.cfg.init_from
+
     def _corpus_id(self) -> str:
         with Corpus(self.cfg.corpus) as c:
             return c.corpus_id
@@ -262,8 +278,7 @@ class Follower:
         if k == 0 and step.get("file") is None:
             init, segments = None, "all"          # step 0: the corpus as it was
         else:
-            init = cfg.init_from if k == 0 else step_dir(cfg.out, k - 1)
-            segments = "new"
+            init, segments = self.comm.on_root(self._model_before, k), "new"
         scfg = dataclasses.replace(cfg, out=step_dir(cfg.out, k), follow=None, segments=segments,
                                    init_from=init, resume="auto", force=False)
         return train.run(scfg, self.comm, log=self.log, stop=self.stop)

@@ -159,6 +159,24 @@ def test_a_crash_after_the_append_does_not_append_again(setup, tmp_path):
     with Corpus(str(corpus)) as c:
         assert len(c.segments) == 3
 
+    # a file without a token is recorded as rejected, not retried; the next one warm-starts
+    # from the last trained step
+    drop(inbox, "empty.txt", "  \n\n")
+    time.sleep(0.3)
+    drop(inbox, "z.txt", texts[2])
+    time.sleep(0.3)
+    for _ in range(2):
+        proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox),
+                       "--follow-exit-idle", *FLAGS])
+        assert proc.returncode == 0, proc.stderr
+    steps = state(out)
+    assert [(s["file"], s["state"]) for s in steps[2:]] == [("empty.txt", "rejected"), ("z.txt", "trained")]
+    assert "no tokens" in steps[2]["reason"]
+    cfg = json.loads((out / "steps" / "0003" / "config.json").read_text())
+    assert cfg["init_from"]["path"].startswith(str(out / "steps" / "0001"))
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 4
+
 
 def test_ready_files_skip_hidden_partial_and_fresh_files(tmp_path):
     for name in ("a.txt", ".hidden", "b.part", "c.tmp"):
