@@ -180,7 +180,7 @@ class Follower:
         try:
             steps = comm.on_root(self._open)
             if self.log:
-                self.log(f"following {cfg.follow}: {sum(s['state'] == 'trained' for s in steps)} file(s) "
+                self.log(f"following {cfg.follow}: {sum(s['state'] == 'trained' and s['file'] is not None for s in steps)} file(s) "
                          f"trained so far; new files are appended to {cfg.corpus}")
             if not steps and not cfg.init_from:
                 steps = comm.on_root(self._base_step)
