@@ -207,3 +207,18 @@ def test_train_refuses_a_segment_the_corpus_lacks(tmp_path):
     assert "selects nothing of the 1 segment(s)" in error_lines(proc.stderr)[0]
     proc = run_py(["-m", "mpidwe.train", "--corpus", str(d / "corpus.h5"), "--segments", "last"])
     assert proc.returncode == 2 and "--segments must be all, new" in error_lines(proc.stderr)[0]
+
+
+def test_the_balanced_stream_covers_only_the_selected_segments(tmp_path):
+    from mpidwe.balance import EpochStream
+
+    texts(tmp_path)
+    base = build(tmp_path, "c.h5")
+    run(PreprocessConfig(inputs=(str(tmp_path / "new.txt"),), append=str(base)), Comm.serial(), log=None)
+    with Corpus(str(base), "new") as c:
+        st = EpochStream(c, 2, 300)
+        a = c.segments[1].token_start
+        got = [t for t, _ in st.pieces(0, st.total)]
+        assert np.array_equal(np.concatenate(got), np.tile(c.read_tokens(a, c.total_tokens), 2))
+        starts = c.read_sentences(c.segments[1].sentence_start, c.total_sentences) - a
+        assert np.array_equal(st.sentences, starts)
