@@ -314,6 +314,11 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     from .config import TrainConfig, from_mapping
 
     cfg = from_mapping(TrainConfig, options, source="mpidwe.fit() arguments")
+    if cfg.follow:
+        from .errors import ConfigError
+
+        raise ConfigError("follow= watches a folder until stopped and returns no vectors; run python -m "
+                          "mpidwe.train --follow DIR, then mpidwe.load(RUN_DIR/steps/NNNN)")
     result = train_module.run(cfg, Comm.world(), log=log)
     counts = _corpus_counts(cfg.corpus or os.path.join(train_module.DEMO_DIR, "corpus.h5"), len(result.words))
     w = {"input": result.w_in, "output": result.w_out}.get(matrix)

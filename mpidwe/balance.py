@@ -27,13 +27,16 @@ MIN_SHARE = 0.1
 
 
 class EpochStream:
-    """The corpus repeated ``epochs`` times, read by global position (epoch x tokens + offset)."""
+    """The corpus (its selected segments) repeated ``epochs`` times, read by global position
+    (epoch x tokens + offset; offsets count from the first selected token)."""
 
     def __init__(self, corpus, epochs: int, block_tokens: int, start: int = 0):
         self.corpus, self.epochs, self.block_tokens = corpus, epochs, block_tokens
         self.n = corpus.n_tokens
         whole = corpus.shard(0, 1)
-        spans = [start_ + local for start_, _, local in corpus.block_spans(whole, max(block_tokens, 1 << 16))]
+        self.base = whole.token_start
+        spans = [start_ - self.base + local
+                 for start_, _, local in corpus.block_spans(whole, max(block_tokens, 1 << 16))]
         self.sentences = np.concatenate(spans).astype(np.int64) if spans else np.zeros(0, np.int64)
         self.total = self.n * epochs
         self.consumed = start           # the global position every rank has reached
@@ -65,7 +68,7 @@ class EpochStream:
                     k = int(np.searchsorted(sents, offset, side="right"))
                     stop = min(int(sents[k]), end) if k < len(sents) else end
             a, b = np.searchsorted(sents, [offset, stop])
-            yield self.corpus.read_tokens(offset, stop), sents[a:b] - offset
+            yield self.corpus.read_tokens(self.base + offset, self.base + stop), sents[a:b] - offset
             lo = epoch * self.n + stop
 
 

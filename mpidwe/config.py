@@ -11,6 +11,7 @@ import dataclasses
 import json
 import difflib
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,10 +177,14 @@ class SynthConfig:
     relation_pairs: int = opt(12, "word pairs per planted relation")
     rare_words: int = opt(2000, "Zipf-distributed rare filler words (background noise)")
     sentence_length: int = opt(20, "mean sentence (line) length in tokens")
+    part: int = opt(1, "1: the demo corpus; 2: a second part to grow it with (preprocess --append): the "
+                    "same words plus --new-clusters topic clusters of new words, other sentences, and a "
+                    "similarity file of the new clusters' words", choices=[1, 2])
+    new_clusters: int = opt(5, "--part 2: topic clusters of new words (--cluster-size words each)")
     force: bool = opt(False, "overwrite existing output files")
 
     def __post_init__(self):
-        for name in ("tokens", "clusters", "cluster_size", "sentence_length"):
+        for name in ("tokens", "clusters", "cluster_size", "sentence_length", "new_clusters"):
             _positive(name, getattr(self, name))
         for name in ("function_words", "relations", "relation_pairs", "rare_words"):
             _positive(name, getattr(self, name), allow_zero=True)
@@ -211,9 +216,16 @@ class PreprocessConfig:
     sentence_length: int = opt(1000, "cut lines into sentences of at most this many kept tokens")
     block_bytes: int = opt(4 << 20, "bytes read at a time by each rank (bounds memory)")
     force: bool = opt(False, "overwrite an existing output file")
+    append: str | None = opt(None, "grow this corpus instead: the text becomes a new segment (old token ids "
+                             "unchanged, new words reaching --min-count in the new text get ids after the "
+                             "existing ones, counts updated); the text options and --min-count are the "
+                             "corpus's own; the grown corpus replaces the file (written aside, then renamed)")
 
     def __post_init__(self):
         _check(len(self.inputs) > 0, "no input given (a file, or - for standard input)")
+        _check(self.append is None or self.output in ("corpus.h5", self.append),
+               "--append replaces the corpus it grows; --output cannot name another file (copy the "
+               "corpus first to keep the old one)")
         _check(self.inputs.count("-") <= 1, "standard input (-) given more than once")
         _positive("min_count", self.min_count)
         if self.max_vocab is not None:
@@ -318,6 +330,9 @@ class TrainConfig:
     corpus: str | None = opt(None, "HDF5 corpus from mpidwe.preprocess; none: the demo corpus "
                              "(generated and preprocessed under demo/ if missing)")
     out: str = opt("run", "run directory (configuration, metrics log, vectors, checkpoints)")
+    segments: str = opt("all", "which segments of a grown corpus (preprocess --append) to train on: all, new "
+                        "(the last one), K (segment K, from 0), K: (K to the last) or K:L (K to L-1); the "
+                        "vocabulary is always the whole corpus's")
     model: str = opt("skipgram", "skipgram or cbow", choices=["skipgram", "cbow"])
     dim: int = opt(100, "embedding dimension")
     window: int = opt(5, "maximum window radius (word2vec shrinks it at random per word)")
@@ -381,6 +396,13 @@ class TrainConfig:
                                 "RUN_DIR has no checkpoint yet")
     force: bool = opt(False, "start over in a RUN_DIR that already holds a run (its metrics and "
                       "checkpoints are deleted)")
+    follow: str | None = opt(None, "watch this folder: every new text file in it is appended to --corpus as a "
+                             "segment and trained on (warm start from the previous step, --segments new), a "
+                             "checkpoint after each, under RUN_DIR/steps/; a restart goes on where it stopped "
+                             "(RUN_DIR/follow.json); write files elsewhere or as .tmp and rename them in")
+    follow_poll: float = opt(2.0, "--follow: seconds between two looks at the folder")
+    follow_settle: float = opt(1.0, "--follow: a file is taken once untouched for this many seconds")
+    follow_exit_idle: bool = opt(False, "--follow: exit (0) when no new file is left instead of waiting")
     eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end)")
     eval_sim: tuple[str, ...] = opt((), "word-similarity files (word1 word2 score) to evaluate on")
     eval_analogy: tuple[str, ...] = opt((), "analogy files (questions-words.txt format) to evaluate on")
@@ -418,6 +440,13 @@ class TrainConfig:
                f"(word2vec uses 5-20)")
         _check(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
         _check(bool(self.out), "--out must not be empty")
+        _positive("follow_poll", self.follow_poll)
+        _positive("follow_settle", self.follow_settle, allow_zero=True)
+        _check(not self.follow or (self.segments == "all" and self.resume is None and not self.force),
+               "--follow trains each new file's segment and resumes by itself: leave out --segments, "
+               "--resume and --force")
+        _check(re.fullmatch(r"all|new|\d+(:\d*)?", self.segments.strip()) is not None,
+               f"--segments must be all, new, K, K: or K:L, got {self.segments!r}")
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
                "it applies when RUN_DIR has no checkpoint yet)")

@@ -2,7 +2,11 @@
 
 A corpus holds the vocabulary, the token ids of the whole text (out-of-vocabulary
 tokens already removed) and the sentence boundaries. Preprocessing ranks write *part*
-files that rank 0 stitches into one self-contained corpus file.
+files that rank 0 stitches into one self-contained corpus file. A corpus grows by
+*segments* (``preprocess --append``): each appended text is a new segment after the old
+ones, whose token ids never change; new words get ids after the existing ones. A reader
+may select a contiguous run of segments (``Corpus(path, segments="new")``); shards,
+blocks and token counts are then over those segments only.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from .fsutil import fsync_path
 from .sharding import sentence_shard
 
 FORMAT = "mpidwe-corpus"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2              # 2: segments (a corpus can grow); version 1 files still read
+FORMAT_OLDER = (1,)
 PART_FORMAT = "mpidwe-corpus-part"
-PART_FORMAT_VERSION = 1
+PART_FORMAT_VERSION = 2              # 2: segments (a corpus can grow); version 1 files still read
+FORMAT_OLDER = (1,)
 
 # names of groups, datasets and attributes
 A_FORMAT = "format"
@@ -46,6 +52,8 @@ D_COUNTS = "vocab/counts"
 D_TOKENS = "tokens"
 D_SENTENCES = "sentences"
 D_LINE_STARTS = "line_starts"
+D_SEGMENTS = "segments"        # int64 (S, 3): each segment's end token, end sentence, end vocabulary size
+A_SEGMENT_INFO = "segment_info"   # JSON list, one object per segment (inputs, counts, when, how)
 
 TOKEN_CHUNK = 1 << 18          # tokens per HDF5 chunk of a part file (1 MiB of int32)
 COPY_ITEMS = 1 << 22           # items copied at a time when stitching
@@ -130,11 +138,28 @@ def _sentence_blocks(parts: list, sizes: list[int], sentence_length: int) -> Ite
         offset += n
 
 
+def finish_digest(digest, sent_digest, segments: np.ndarray) -> str:
+    """The corpus id from the running digest (vocabulary, counts, tokens), the digest of the
+    sentence starts and the segment table. One segment adds nothing, so a corpus that never
+    grew has the id version 1 gave it."""
+    digest.update(sent_digest.digest())
+    if len(segments) > 1:
+        digest.update(np.ascontiguousarray(segments, dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
 def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], counts: np.ndarray,
-                 attrs: dict, sentence_length: int) -> str:
+                 attrs: dict, sentence_length: int, segment_info: dict | None = None,
+                 base: "Corpus | None" = None) -> str:
     """Write the final corpus from rank-ordered part files into ``out_path`` (a temporary
     name; the caller renames), sealed and fsynced. Streams: memory is bounded by
-    COPY_ITEMS. Returns the corpus id (sha256 of vocabulary, counts, tokens and sentences).
+    COPY_ITEMS. Returns the corpus id (sha256 of vocabulary, counts, tokens and sentences,
+    and of the segment table once there are several).
+
+    With ``base`` (an open corpus: ``preprocess --append``) the parts become a new segment
+    after the base's: its tokens and sentence starts are copied first, unchanged, and
+    ``words``/``counts`` must extend its vocabulary. ``segment_info`` describes the new
+    segment (stored with the base's in A_SEGMENT_INFO).
 
     The tokens and the sentence starts are stored contiguously (the sentences are counted
     first, in a pass over the parts' line starts), so the seal leaves out exactly their two
@@ -142,8 +167,20 @@ def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], coun
     parts = [h5py.File(p, "r") for p in part_paths]
     try:
         sizes = [int(p[D_TOKENS].shape[0]) for p in parts]
-        total = sum(sizes)
-        n_sentences = sum(len(s) for s in _sentence_blocks(parts, sizes, sentence_length))
+        old_tokens = base.total_tokens if base is not None else 0
+        old_sentences = base.total_sentences if base is not None else 0
+        total = old_tokens + sum(sizes)
+        n_new = sum(len(s) for s in _sentence_blocks(parts, sizes, sentence_length))
+        n_sentences = old_sentences + n_new
+        if base is not None:
+            old_words = base.words
+            if words[:len(old_words)] != old_words:   # the caller extends the vocabulary: a bug otherwise
+                raise RuntimeError("an appended vocabulary must keep the old words and their ids")
+            segments = np.concatenate((base.segment_table, [[total, n_sentences, len(words)]])).astype(np.int64)
+            info = base.segment_info + [segment_info or {}]
+        else:
+            segments = np.array([[total, n_sentences, len(words)]], dtype=np.int64)
+            info = [segment_info or {}]
         digest = hashlib.sha256()  # vocabulary, counts, then tokens (rank-count independent)
         sent_digest = hashlib.sha256()
         with h5py.File(out_path, "w", userblock_size=SEAL_SIZE) as f:
@@ -151,6 +188,7 @@ def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], coun
             f.attrs[A_VERSION] = FORMAT_VERSION
             for k, v in attrs.items():
                 f.attrs[k] = v
+            f.attrs[A_SEGMENT_INFO] = json.dumps(info)
             word_bytes = "\n".join(words).encode("utf-8")
             digest.update(word_bytes)
             counts = np.asarray(counts, dtype=np.int64)
@@ -158,9 +196,19 @@ def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], coun
             f.create_dataset(D_WORDS, data=np.array(words, dtype=object),
                              dtype=h5py.string_dtype("utf-8"))
             f.create_dataset(D_COUNTS, data=counts)
+            f.create_dataset(D_SEGMENTS, data=segments)
             tokens = f.create_dataset(D_TOKENS, shape=(total,), dtype=np.int32)
             sentences = f.create_dataset(D_SENTENCES, shape=(n_sentences,), dtype=np.int64)
-            offset = 0
+            if base is not None:       # the old segments, byte for byte
+                for a in range(0, old_tokens, COPY_ITEMS):
+                    block = base.read_tokens(a, min(a + COPY_ITEMS, old_tokens))
+                    tokens[a:a + len(block)] = block
+                    digest.update(np.asarray(block, dtype=np.int32).tobytes())
+                for a in range(0, old_sentences, COPY_ITEMS):
+                    block = base.read_sentences(a, min(a + COPY_ITEMS, old_sentences))
+                    sentences[a:a + len(block)] = block
+                    sent_digest.update(np.asarray(block, dtype=np.int64).tobytes())
+            offset = old_tokens
             for part, n in zip(parts, sizes):
                 src = part[D_TOKENS]
                 for a in range(0, n, COPY_ITEMS):
@@ -168,16 +216,16 @@ def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], coun
                     tokens[offset + a:offset + a + len(block)] = block
                     digest.update(block.tobytes())
                 offset += n
-            done = 0
+            done = old_sentences
             for s in _sentence_blocks(parts, sizes, sentence_length):
                 if len(s):
+                    s = s + old_tokens
                     sentences[done:done + len(s)] = s
                     sent_digest.update(s.tobytes())
                     done += len(s)
             if done != n_sentences:   # both passes read the same parts: a bug, not bad input
                 raise RuntimeError(f"sentence starts: counted {n_sentences}, then made {done}")
-            digest.update(sent_digest.digest())
-            corpus_id = digest.hexdigest()
+            corpus_id = finish_digest(digest, sent_digest, segments)
             f.attrs[A_CORPUS_ID] = corpus_id
             f.flush()
             skip = [raw_extent(tokens), raw_extent(sentences)]
@@ -204,10 +252,54 @@ class Shard:
         return self.token_end - self.token_start
 
 
-class Corpus:
-    """Read-only view of a corpus file; checks the format before anything is read."""
+@dataclass(frozen=True)
+class Segment:
+    """One appended text: its tokens, its sentences, and the ids of the words it added."""
 
-    def __init__(self, path: str):
+    index: int
+    token_start: int
+    token_end: int
+    sentence_start: int
+    sentence_end: int
+    vocab_start: int
+    vocab_end: int
+
+    @property
+    def n_tokens(self) -> int:
+        return self.token_end - self.token_start
+
+
+SEGMENT_SPEC_HELP = "all, new (the last segment), K (segment K, from 0), K: (K to the last) or K:L (K to L-1)"
+
+
+def segment_range(spec: str, n_segments: int) -> tuple[int, int]:
+    """[first, last + 1) of the segments ``spec`` selects (SEGMENT_SPEC_HELP) among
+    ``n_segments``; ValueError for a malformed spec or an empty or out-of-range selection."""
+    spec = spec.strip()
+    if spec == "all":
+        return 0, n_segments
+    if spec == "new":
+        return n_segments - 1, n_segments
+    head, colon, tail = spec.partition(":")
+    try:
+        a = int(head)
+        b = (int(tail) if tail else n_segments) if colon else a + 1
+    except ValueError:
+        raise ValueError(f"segments {spec!r}: use {SEGMENT_SPEC_HELP}") from None
+    if not 0 <= a < b <= n_segments:
+        raise ValueError(f"segments {spec!r} selects nothing of the {n_segments} segment(s) (0 to "
+                         f"{n_segments - 1})")
+    return a, b
+
+
+class Corpus:
+    """Read-only view of a corpus file; checks the format before anything is read.
+
+    ``segments`` (SEGMENT_SPEC_HELP) selects the segments that ``n_tokens``, ``shard``,
+    ``block_spans`` and ``iter_blocks`` cover; the vocabulary, counts and token ids are
+    always the whole corpus's (token positions stay positions in the whole file)."""
+
+    def __init__(self, path: str, segments: str = "all"):
         self.path = path
         if not os.path.exists(path):
             raise InputError(f"corpus not found: {path}")
@@ -219,8 +311,11 @@ class Corpus:
             raise unreadable(path, "corpus", hint) from None
         try:
             self._check()
+            self._select(segments)
         except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:
             self._f.close()
+            if isinstance(e, ValueError) and str(e).startswith("segments "):
+                raise InputError(f"{path}: {e}") from None
             raise InputError(f"{path} is damaged: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         except Exception:
             self._f.close()
@@ -228,8 +323,8 @@ class Corpus:
 
     def _check(self) -> None:
         f, path = self._f, self.path
-        check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "corpus")
-        for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES):
+        self.version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "corpus", older=FORMAT_OLDER)
+        for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES) + ((D_SEGMENTS,) if self.version >= 2 else ()):
             if name not in f:
                 raise InputError(f"{path} is damaged: dataset /{name} is missing")
         n_words, n_tokens = f[D_WORDS].shape[0], f[D_TOKENS].shape[0]
@@ -238,31 +333,68 @@ class Corpus:
         if int(f[D_COUNTS][:].sum()) != n_tokens:
             raise InputError(f"{path} is damaged: vocabulary counts do not add up to the "
                              f"{n_tokens} tokens stored")
-        self.n_words, self.n_tokens = int(n_words), int(n_tokens)
-        self.n_sentences = int(f[D_SENTENCES].shape[0])
+        self.n_words, self.total_tokens = int(n_words), int(n_tokens)
+        self.total_sentences = int(f[D_SENTENCES].shape[0])
         if A_CORPUS_ID not in f.attrs:
             raise InputError(f"{path} is damaged: it has no corpus id")
+        if self.version >= 2:
+            table = np.asarray(f[D_SEGMENTS][:], dtype=np.int64)
+            ends = (self.total_tokens, self.total_sentences, self.n_words)
+            if table.ndim != 2 or table.shape[1] != 3 or len(table) == 0 or tuple(table[-1]) != ends \
+                    or np.any(np.diff(table[:, :2], axis=0) < 0) or np.any(np.diff(table[:, 2]) < 0) \
+                    or np.any(table < 0):
+                raise InputError(f"{path} is damaged: its segment table does not match its tokens, "
+                                 f"sentences and vocabulary")
+        else:
+            table = np.array([[self.total_tokens, self.total_sentences, self.n_words]], dtype=np.int64)
+        self.segment_table = table
+
+    def _select(self, spec: str) -> None:
+        a, b = segment_range(spec, len(self.segment_table))
+        self.selected = self.segments[a:b]
+        first, last = self.selected[0], self.selected[-1]
+        self.token_base, self.sentence_base = first.token_start, first.sentence_start
+        self.n_tokens = last.token_end - first.token_start
+        self.n_sentences = last.sentence_end - first.sentence_start
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Every segment of the file, oldest first (a version 1 file is one segment)."""
+        out, prev = [], (0, 0, 0)
+        for k, row in enumerate(self.segment_table.tolist()):
+            out.append(Segment(k, prev[0], row[0], prev[1], row[1], prev[2], row[2]))
+            prev = row
+        return out
+
+    @property
+    def segment_info(self) -> list[dict]:
+        """What each segment was made from (A_SEGMENT_INFO; for a version 1 file, its inputs)."""
+        raw = self._f.attrs.get(A_SEGMENT_INFO)
+        if raw is None:
+            a = self.attrs
+            return [{k: a.get(k) for k in (A_INPUTS, A_RAW_TOKENS, A_KEPT_TOKENS, A_CREATED, A_RANKS)}]
+        return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
 
     def verify(self, block: int = COPY_ITEMS) -> None:
         """Recompute the corpus id from what is stored (vocabulary, counts, every token, the
-        sentence starts; the same digest ``stitch_parts`` made) and refuse a mismatch: a flipped
-        byte anywhere would otherwise train silently on wrong data. Streams ``block`` tokens
-        at a time; about 0.3 s for 16M tokens."""
+        sentence starts, the segments; the same digest ``stitch_parts`` made) and refuse a
+        mismatch: a flipped byte anywhere would otherwise train silently on wrong data.
+        Streams ``block`` tokens at a time; about 0.3 s for 16M tokens."""
         f = self._f
         try:
             digest = hashlib.sha256("\n".join(self.words).encode("utf-8"))
             digest.update(np.asarray(f[D_COUNTS][:], dtype=np.int64).tobytes())
             tokens = f[D_TOKENS]
-            for a in range(0, self.n_tokens, block):
+            for a in range(0, self.total_tokens, block):
                 digest.update(np.asarray(tokens[a:a + block], dtype=np.int32).tobytes())
             sent = hashlib.sha256()
             starts = f[D_SENTENCES]
-            for a in range(0, self.n_sentences, block):
+            for a in range(0, self.total_sentences, block):
                 sent.update(np.asarray(starts[a:a + block], dtype=np.int64).tobytes())
-            digest.update(sent.digest())
+            found = finish_digest(digest, sent, self.segment_table)
         except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:
             raise InputError(f"{self.path} is damaged: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        if digest.hexdigest() != self.corpus_id:
+        if found != self.corpus_id:
             raise InputError(f"{self.path} is damaged: its content does not match its corpus id "
                              f"{self.corpus_id[:12]} (preprocess it again)")
 
@@ -294,11 +426,19 @@ class Corpus:
 
     # -- sharding and reading
     def shard(self, rank: int = 0, world_size: int = 1) -> Shard:
-        starts = self._f[D_SENTENCES][:] if self.n_sentences else np.zeros(0, np.int64)
-        return Shard(*sentence_shard(starts, self.n_tokens, rank, world_size))
+        """Rank's sentence-aligned part of the selected segments (positions in the whole file)."""
+        s0, t0 = self.sentence_base, self.token_base
+        starts = (self._f[D_SENTENCES][s0:s0 + self.n_sentences] - t0 if self.n_sentences
+                  else np.zeros(0, np.int64))
+        a, b, i, j = sentence_shard(starts, self.n_tokens, rank, world_size)
+        return Shard(a + t0, b + t0, i + s0, j + s0)
 
     def read_tokens(self, start: int, end: int) -> np.ndarray:
         return self._f[D_TOKENS][start:end]
+
+    def read_sentences(self, start: int, end: int) -> np.ndarray:
+        """Sentence starts ``start`` to ``end`` (indices into the whole file's sentences)."""
+        return self._f[D_SENTENCES][start:end]
 
     def block_spans(self, shard: Shard, block_tokens: int) -> Iterator[tuple[int, int, np.ndarray]]:
         """The shard's block grid without reading tokens: (start, end, sentence starts

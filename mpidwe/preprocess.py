@@ -56,6 +56,30 @@ def build_vocab(counts: dict[bytes, int], min_count: int, max_vocab: int | None)
     return [w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64)
 
 
+def grow_vocab(old_words: list[bytes], old_counts: np.ndarray, seen, min_count: int,
+               max_vocab: int | None):
+    """The vocabulary of a corpus grown by a new segment (``--append``). ``seen``: (word,
+    count) of every distinct token of the new text. Old words keep their ids and gain the
+    new counts (whatever those are); a word the corpus does not hold gets an id after them
+    when its count *in the new text* reaches ``min_count`` (the old text's occurrences of a
+    word below the threshold were dropped and never stored), count descending, ties by
+    word, while ``max_vocab`` (the whole vocabulary's bound) leaves room."""
+    index = {w: i for i, w in enumerate(old_words)}
+    counts = np.asarray(old_counts, dtype=np.int64).copy()
+    fresh = []
+    for w, c in seen:
+        i = index.get(w)
+        if i is not None:
+            counts[i] += int(c)
+        elif c >= min_count:
+            fresh.append((w, int(c)))
+    fresh.sort(key=lambda wc: (-wc[1], wc[0]))
+    if max_vocab is not None:
+        fresh = fresh[:max(0, max_vocab - len(old_words))]
+    return (list(old_words) + [w for w, _ in fresh],
+            np.concatenate((counts, np.array([c for _, c in fresh], dtype=np.int64))))
+
+
 def count_tokens(sources, lo, hi, opts) -> tuple[collections.Counter, ScanStats]:
     counter: collections.Counter = collections.Counter()
     stats = ScanStats()
@@ -206,7 +230,7 @@ def _check_output(cfg: PreprocessConfig) -> None:
             raise InputError(f"output {out} is also an input ({p}); choose another --output")
     if os.path.isdir(out):
         raise InputError(f"output is a directory: {out}")
-    if os.path.exists(out) and not cfg.force:
+    if os.path.exists(out) and not cfg.force and not cfg.append:
         raise InputError(f"output exists: {out} (use --force to overwrite)")
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
@@ -393,12 +417,40 @@ def _lock_output(cfg: PreprocessConfig, log) -> DirLock | None:
         raise InputError(f"cannot write {lock.path}: {reason(e)}") from None
 
 
+# what a corpus fixes for every text appended to it (stored in its options attribute)
+INHERITED_OPTIONS = ("normalize", "lowercase", "strip_doc_tags", "sentence_length", "min_count", "max_vocab")
+
+
+def appended_config(cfg: PreprocessConfig) -> PreprocessConfig:
+    """Rank 0, ``--append``: the configuration that grows ``cfg.append`` in place, with the
+    corpus's own text options and thresholds (a value given that differs from both the
+    default and the corpus's is refused: the new text would be tokenised otherwise)."""
+    path = cfg.append
+    if not os.path.isfile(path):
+        raise InputError(f"--append {path}: no such corpus" + (" (a folder)" if os.path.isdir(path) else ""))
+    with corpus_io.Corpus(path) as c:
+        stored = c.attrs.get(corpus_io.A_OPTIONS) or {}
+    defaults = PreprocessConfig(inputs=cfg.inputs)
+    keep = {}
+    for name in INHERITED_OPTIONS:
+        if name not in stored:
+            continue
+        given, default = getattr(cfg, name), getattr(defaults, name)
+        if given != default and given != stored[name]:
+            raise InputError(f"--append {path}: --{name.replace('_', '-')} is {given!r} but the corpus was made "
+                             f"with {stored[name]!r}; appended text takes the corpus's own options")
+        keep[name] = stored[name]
+    return dataclasses.replace(cfg, output=path, force=False, **keep)
+
+
 def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled") -> dict:
     """Preprocess ``cfg.inputs`` into ``cfg.output`` on every rank of ``comm``. ``engine``:
     ``compiled`` (numba; the default) or ``python`` (the readable reference, slow), which
     write the same corpus."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
+    if cfg.append:
+        cfg = comm.on_root(appended_config, cfg)
     lock = comm.on_root(_lock_output, cfg, log, broadcast=False)
     try:
         return _locked_run(cfg, comm, log, engine)
@@ -428,7 +480,9 @@ def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     finally:
         _remove(mine)
     if summary is not None and log:
-        log(f"wrote {summary['output']}: {summary['vocab']:,} words, {summary['kept_tokens']:,} of "
+        grown = (f" (segment {summary['segments'] - 1} appended: {summary['new_words']:,} new words)"
+                 if cfg.append else "")
+        log(f"wrote {summary['output']}{grown}: {summary['vocab']:,} words, {summary['kept_tokens']:,} of "
             f"{summary['raw_tokens']:,} tokens kept, {summary['sentences']:,} sentences "
             f"({summary['ranks']} rank(s), {summary['seconds']} s)")
         if summary["invalid_utf8_sequences"]:
@@ -502,6 +556,12 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], id
             raise InputError("input is empty (0 bytes)")
         if totals.raw_tokens == 0:
             raise InputError("input has no tokens (only blanks, tags or nothing)")
+        if cfg.append:     # the corpus's vocabulary, extended
+            seen = zip(total.words(), total.counts[: len(total)].tolist()) if compiled else total.items()
+            with corpus_io.Corpus(cfg.append) as base:
+                base.verify()      # never carry a damaged corpus into a new one
+                old = [w.encode("utf-8") for w in base.words]
+                return grow_vocab(old, base.counts, seen, cfg.min_count, cfg.max_vocab)
         if compiled:
             words, counts = build_vocab_from_table(total, cfg.min_count, cfg.max_vocab)
         else:
@@ -537,38 +597,52 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], id
     comm.agree(write_part)
 
     def stitch():
+        inputs = [{"path": p, "bytes": s.file_bytes, "uncompressed_bytes": s.size, "compression": s.compression}
+                  for p, s in zip(cfg.inputs, sources)]
+        created = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        base = corpus_io.Corpus(cfg.append) if cfg.append else None
         try:
+            old = base.attrs if base is not None else {}
+            old_vocab, old_tokens = (base.n_words, base.total_tokens) if base is not None else (0, 0)
+            kept = int(counts.sum()) - old_tokens
+            segment = {"inputs": inputs, corpus_io.A_RAW_TOKENS: totals.raw_tokens,
+                       corpus_io.A_KEPT_TOKENS: kept, "new_words": len(words) - old_vocab,
+                       corpus_io.A_CREATED: created, corpus_io.A_RANKS: comm.size,
+                       "parent_corpus_id": old.get(corpus_io.A_CORPUS_ID)}
             attrs = {
                 corpus_io.A_TOOL_VERSION: __version__,
-                corpus_io.A_CREATED: datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                corpus_io.A_OPTIONS: to_json(cfg),
-                corpus_io.A_INPUTS: json.dumps([
-                    {"path": p, "bytes": s.file_bytes, "uncompressed_bytes": s.size,
-                     "compression": s.compression}
-                    for p, s in zip(cfg.inputs, sources)]),
-                corpus_io.A_RAW_TOKENS: totals.raw_tokens,
+                corpus_io.A_CREATED: old.get(corpus_io.A_CREATED, created),
+                corpus_io.A_OPTIONS: json.dumps(old[corpus_io.A_OPTIONS]) if old.get(corpus_io.A_OPTIONS)
+                else to_json(cfg),
+                corpus_io.A_INPUTS: json.dumps(old.get(corpus_io.A_INPUTS, []) + inputs),
+                corpus_io.A_RAW_TOKENS: old.get(corpus_io.A_RAW_TOKENS, 0) + totals.raw_tokens,
                 corpus_io.A_KEPT_TOKENS: int(counts.sum()),
-                corpus_io.A_INVALID_UTF8: totals.invalid_utf8,
-                corpus_io.A_DOC_LINES: totals.doc_lines,
+                corpus_io.A_INVALID_UTF8: old.get(corpus_io.A_INVALID_UTF8, 0) + totals.invalid_utf8,
+                corpus_io.A_DOC_LINES: old.get(corpus_io.A_DOC_LINES, 0) + totals.doc_lines,
                 corpus_io.A_RANKS: comm.size,
             }
             try:
                 corpus_id = corpus_io.stitch_parts(
                     part_paths, tmp, words=[w.decode("utf-8") for w in words], counts=counts,
-                    attrs=attrs, sentence_length=cfg.sentence_length)
-                os.replace(tmp, cfg.output)
+                    attrs=attrs, sentence_length=cfg.sentence_length, segment_info=segment, base=base)
+                if base is not None:
+                    base.close()
+                os.replace(tmp, cfg.output)    # a reader of the old corpus keeps reading the old file
                 fsync_dir(cfg.output)
             except (OSError, RuntimeError) as e:
                 raise _disk_full(cfg.output, e) from None
         finally:
             _remove([tmp])
+            if base is not None:
+                base.close()
         with corpus_io.Corpus(cfg.output) as c:
-            n_sent = c.n_sentences
+            n_sent, n_segments = c.total_sentences, len(c.segment_table)
         return {
             "output": cfg.output, "ranks": comm.size, "raw_tokens": totals.raw_tokens,
-            "kept_tokens": int(counts.sum()), "raw_types": raw_types, "vocab": len(words),
+            "kept_tokens": kept, "raw_types": raw_types, "vocab": len(words),
             "sentences": n_sent, "invalid_utf8_sequences": totals.invalid_utf8,
             "doc_tag_lines_dropped": totals.doc_lines, "corpus_id": corpus_id,
+            "segments": n_segments, "new_words": len(words) - old_vocab,
             "seconds": round(time.perf_counter() - t0, 2),
         }
 

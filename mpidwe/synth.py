@@ -145,6 +145,13 @@ def make_lexicon(cfg: SynthConfig, rng: np.random.Generator) -> Lexicon:
     pairs = np.stack([cluster_ids[pair_clusters, slot], cluster_ids[pair_clusters, slot + 1]],
                      axis=1)
 
+    if cfg.part == 2:
+        # drawn last, from the same stream: every word and relation of part 1 is unchanged
+        fresh = _pseudo_words(rng, cfg.new_clusters * cfg.cluster_size, (2, 3), taken)
+        cluster_ids = np.concatenate((cluster_ids, np.arange(len(words), len(words) + len(fresh)).reshape(
+            cfg.new_clusters, cfg.cluster_size)))
+        words = words + tuple(fresh)
+
     marker_group = np.full(len(words), -1, dtype=np.int64)
     relation = np.repeat(np.arange(cfg.relations), cfg.relation_pairs)
     marker_group[pairs[:, 0]] = 2 * relation
@@ -196,7 +203,8 @@ def _sentence_chunk(cfg: SynthConfig, lex: Lexicon, rng: np.random.Generator,
     units = 1 + rng.poisson(lam, size=n_lines)
     n = int(units.sum())
     line_of = np.repeat(np.arange(n_lines), units)
-    topic = rng.integers(cfg.clusters, size=n_lines)[line_of]
+    n_clusters = len(lex.cluster_ids)       # part 2: the new clusters too
+    topic = rng.integers(n_clusters, size=n_lines)[line_of]
 
     kind = _draw(_kind_cdf(cfg), rng, n)
     words = np.empty(n, dtype=np.int64)
@@ -209,7 +217,7 @@ def _sentence_chunk(cfg: SynthConfig, lex: Lexicon, rng: np.random.Generator,
                                          rng, int(is_r.sum()))]
     t = topic[is_c]
     off = rng.random(t.size) < OFF_TOPIC
-    t[off] = rng.integers(cfg.clusters, size=int(off.sum()))
+    t[off] = rng.integers(n_clusters, size=int(off.sum()))
     words[is_c] = lex.cluster_ids[t, rng.integers(cfg.cluster_size, size=t.size)]
 
     # Relation words get a marker of their relation and side right before or after them.
@@ -253,18 +261,20 @@ def encode_lines(tokens: np.ndarray, lengths: np.ndarray, table: np.ndarray) -> 
     return b"".join(table[ids].tolist())
 
 
-def similarity_pairs(lex: Lexicon, rng: np.random.Generator) -> list[tuple[str, str, float]]:
-    """Random distinct content-word pairs, half from the same cluster, half from different."""
+def similarity_pairs(lex: Lexicon, rng: np.random.Generator, first: int = 0) -> list[tuple[str, str, float]]:
+    """Random distinct content-word pairs, half from the same cluster, half from different.
+    The first word's cluster is ``first`` or a later one (part 2: the new clusters)."""
     n_clusters, size = lex.cluster_ids.shape
+    n_first = n_clusters - first
     want = SIMILARITY_PAIRS // 2
-    same_max = n_clusters * size * (size - 1) // 2
-    other_max = size * size * n_clusters * (n_clusters - 1) // 2
+    same_max = n_first * size * (size - 1) // 2
+    other_max = size * size * (n_first * (n_clusters - 1) - n_first * (n_first - 1) // 2)
     seen: set[tuple[int, int]] = set()
     out = []
     for same, target in ((True, min(want, same_max)), (False, min(want, other_max))):
         got = 0
         while got < target:
-            c1 = int(rng.integers(n_clusters))
+            c1 = first + int(rng.integers(n_first))
             c2 = c1 if same else int((c1 + rng.integers(1, n_clusters)) % n_clusters)
             i, j = rng.integers(size, size=2).tolist()
             a, b = int(lex.cluster_ids[c1, i]), int(lex.cluster_ids[c2, j])
@@ -323,11 +333,12 @@ def _prepare_output(cfg: SynthConfig) -> dict[str, str]:
     return paths
 
 
-def _streams(seed: int) -> tuple[np.random.Generator, ...]:
+def _streams(seed: int, part: int = 1) -> tuple[np.random.Generator, ...]:
     """Independent generators for the lexicon, the answer key and the text, so that the
-    answer key does not depend on --tokens."""
-    return tuple(np.random.Generator(np.random.PCG64(s))
-                 for s in np.random.SeedSequence(seed).spawn(3))
+    answer key does not depend on --tokens. Part 2 has its own text and key streams (other
+    sentences, other similarity pairs) and part 1's lexicon stream."""
+    gens = [np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(5)]
+    return (gens[0], gens[1], gens[2]) if part == 1 else (gens[0], gens[3], gens[4])
 
 
 def answer_key(cfg: SynthConfig, lex: Lexicon, counts: np.ndarray, lines: int,
@@ -377,7 +388,7 @@ def write_demo(cfg: SynthConfig) -> dict[str, str]:
     # The key is written last: without it, the other files may be from an interrupted run.
     with contextlib.suppress(FileNotFoundError):
         os.unlink(paths["key"])
-    lex_rng, key_rng, text_rng = _streams(cfg.seed)
+    lex_rng, key_rng, text_rng = _streams(cfg.seed, cfg.part)
     lex = make_lexicon(cfg, lex_rng)
 
     counts = np.zeros(len(lex.words), dtype=np.int64)
@@ -394,7 +405,8 @@ def write_demo(cfg: SynthConfig) -> dict[str, str]:
         fh.write("".join(f"{lex.words[w]}\t{c}\n" for c, row in enumerate(lex.cluster_ids.tolist())
                          for w in row).encode("ascii"))
 
-    sims = similarity_pairs(lex, key_rng)
+    # part 2: pairs with a word of the new clusters (same new cluster, or a new and an old one)
+    sims = similarity_pairs(lex, key_rng, first=cfg.clusters if cfg.part == 2 else 0)
     with atomic_write(paths["similarity"]) as fh:
         fh.write((f"# mpidwe.synth seed {cfg.seed}: {SAME_CLUSTER_SCORE:g} = same topic cluster, "
                   f"{OTHER_CLUSTER_SCORE:g} = different clusters\n"

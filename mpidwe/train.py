@@ -310,7 +310,7 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
     turns SIGTERM/SIGUSR1 into a checkpoint and a clean exit."""
     log = log if comm.is_root else None
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
-    corpus = comm.agree(Corpus, corpus_path)
+    corpus = comm.agree(Corpus, corpus_path, cfg.segments)
     try:
         if cfg.verify_corpus:
             comm.on_root(corpus.verify, broadcast=False)
@@ -381,7 +381,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
                          f"give at least --epochs {ck.config.get('epochs')} or start a new run from it "
                          f"with --init-from")
     for key in RESUME_MUST_MATCH:
-        old, new = ck.config.get(key), resolved.get(key)
+        old, new = ck.config.get(key, RESUME_DEFAULTS.get(key)), resolved.get(key)
         if old != new:
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
                              f"but the checkpoint has {old!r}")
@@ -392,7 +392,9 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 # ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
 # (replan), which continues the run but is not bit-identical to an uninterrupted one.
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
-                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance")
+                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
+                     "segments")
+RESUME_DEFAULTS = {"segments": "all"}    # what checkpoints written before the option existed ran with
 
 
 def needs_replan(progress: checkpoint.Progress, plan: "Plan", world: int) -> bool:
@@ -1071,6 +1073,10 @@ def _progress_bar(cfg: TrainConfig, total: int, initial: int = 0):
 def _body(argv, comm: Comm, stop: StopRequest) -> int:
     cfg = comm.agree(parse_command, TrainConfig, argv, prog=PROG, config_file_flag=True,
                      description="Train word embeddings (SGNS/CBOW) on every rank's shard.")
+    if cfg.follow:
+        from .follow import run_follow
+
+        return run_follow(cfg, comm, stop)
     result = run(cfg, comm, stop=stop)
     return EXIT_REQUEUE if result.stopped else 0
 

@@ -88,7 +88,7 @@ def test_serial_matches_reference(tmp_path, kind):
     assert data["vocab/counts"].tolist() == counts
     assert data["tokens"].tolist() == ids
     assert data["sentences"].tolist() == sents
-    assert attrs["format"] == "mpidwe-corpus" and attrs["format_version"] == 1
+    assert attrs["format"] == "mpidwe-corpus" and attrs["format_version"] == 2
     assert summary["kept_tokens"] == len(ids)
     if kind == "doc_tags":
         assert attrs["doc_tag_lines_dropped"] > 10

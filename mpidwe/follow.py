@@ -1,0 +1,289 @@
+"""``python -m mpidwe.train --follow DIR``: keep an embedding up to date with a growing text.
+
+Rank 0 watches DIR; every new text file is appended to the corpus as a new segment
+(``preprocess --append``, on every rank) and the model is trained on it, warm-started from
+the previous step (``--init-from``, ``--segments new``). Each step is an ordinary run
+directory, RUN_DIR/steps/NNNN, ending with a checkpoint and vectors.txt. Without
+``--init-from``, step 0 first trains on the corpus as it is.
+
+RUN_DIR/follow.json (written atomically) records every file taken, with its size and
+SHA-256, and how far its step got: ``appending`` (recorded before the corpus changes),
+``appended`` (the corpus holds it: its id after the append) and ``trained`` (or
+``rejected``: a file without any token, recorded with the reason and not retried). A restart
+reads it and goes on: an ``appending`` step whose append landed (the corpus's last segment
+was appended to the id recorded before) is not appended again; an ``appended`` step
+resumes its run (``--resume auto``); a ``trained`` file is never taken again. So no file
+is trained twice or skipped, whatever the moment of a crash. Layout: docs/running.md.
+
+Every rank makes the same collectives: each poll, rank 0 decides (the next file, or none)
+and broadcasts it with every rank's stop flag (SIGTERM/SIGUSR1). Stopped while waiting:
+exit 0; stopped with a step unfinished (its checkpoint holds it): exit 75 (EXIT_REQUEUE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+from . import preprocess
+from .comm import Comm
+from .config import PreprocessConfig, TrainConfig
+from .corpus import Corpus
+from .errors import EXIT_REQUEUE, InputError
+from .fsutil import DirLock, atomic_write
+
+FORMAT = "mpidwe-follow"
+FORMAT_VERSION = 1
+STATE = "follow.json"
+STEPS = "steps"
+# names a writer uses while a file is not complete yet (rename it into DIR when done)
+PARTIAL_SUFFIXES = (".tmp", ".part", ".partial", "~")
+TICK_S = 0.1      # how often a waiting rank looks at its stop flag
+
+
+def step_dir(out: str, step: int) -> str:
+    return os.path.join(out, STEPS, f"{step:04d}")
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def ready_files(folder: str, settle_s: float, now: float | None = None) -> list[tuple[str, int]]:
+    """(name, size) of the complete text files in ``folder``, oldest first: regular files
+    not hidden, not named as partial, untouched for ``settle_s`` seconds."""
+    now = time.time() if now is None else now
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError as e:
+        raise InputError(f"--follow {folder}: cannot list it: {e.strerror or e}") from None
+    for e in entries:
+        if e.name.startswith(".") or e.name.endswith(PARTIAL_SUFFIXES):
+            continue
+        try:
+            st = e.stat()
+        except OSError:         # gone meanwhile
+            continue
+        if e.is_file() and now - st.st_mtime >= settle_s:
+            found.append((st.st_mtime_ns, e.name, st.st_size))
+    return [(name, size) for _, name, size in sorted(found)]
+
+
+class FollowState:
+    """RUN_DIR/follow.json: the files taken, in order, and each step's progress."""
+
+    def __init__(self, out: str, folder: str, corpus: str):
+        self.path = os.path.join(out, STATE)
+        self.folder, self.corpus = os.path.realpath(folder), os.path.realpath(corpus)
+        self.steps: list[dict] = []
+
+    def load(self) -> "FollowState":
+        if not os.path.exists(self.path):
+            return self
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise InputError(f"{self.path} cannot be read ({e}); it records which files were trained") from None
+        if data.get("format") != FORMAT or data.get("format_version") != FORMAT_VERSION:
+            raise InputError(f"{self.path} is not an mpidwe follow state of version {FORMAT_VERSION}")
+        for key, mine in (("folder", self.folder), ("corpus", self.corpus)):
+            if data.get(key) != mine:
+                raise InputError(f"{self.path} follows {key} {data.get(key)}, not {mine}; use another --out")
+        self.steps = data["steps"]
+        return self
+
+    def save(self) -> None:
+        data = {"format": FORMAT, "format_version": FORMAT_VERSION, "folder": self.folder,
+                "corpus": self.corpus, "steps": self.steps}
+        with atomic_write(self.path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=1) + "\n")
+
+    def taken(self) -> set[str]:
+        return {s["file"] for s in self.steps if s.get("file")}
+
+
+class Follower:
+    """The watch loop (see the module docstring); ``run`` returns the exit code."""
+
+    def __init__(self, cfg: TrainConfig, comm: Comm, stop, log):
+        from .train import PROG
+
+        self.cfg, self.comm, self.stop, self.log, self.prog = cfg, comm, stop, log, PROG
+        self.state: FollowState | None = None
+
+    # ------------------------------------------------------------ rank 0's decisions
+    def _open(self) -> list[dict]:
+        cfg = self.cfg
+        if not os.path.isdir(cfg.follow):
+            raise InputError(f"--follow {cfg.follow}: no such folder")
+        if not cfg.corpus or not os.path.isfile(cfg.corpus):
+            raise InputError("--follow needs --corpus, an existing corpus to grow (make one from the first "
+                             "text with python -m mpidwe.preprocess TEXT --output CORPUS.h5)")
+        self.state = FollowState(cfg.out, cfg.follow, cfg.corpus).load()
+        return self.state.steps
+
+    def _next_file(self) -> dict | None:
+        """The oldest ready file not taken yet, recorded as ``appending``; None if none."""
+        st = self.state
+        taken = st.taken()
+        for name, size in ready_files(self.cfg.follow, self.cfg.follow_settle):
+            if name in taken:
+                continue
+            path = os.path.join(self.cfg.follow, name)
+            try:
+                digest = file_digest(path)
+            except OSError:          # removed meanwhile: the next poll decides
+                continue
+            with Corpus(self.cfg.corpus) as c:
+                before = c.corpus_id
+            step = {"step": len(st.steps), "file": name, "size": size, "sha256": digest,
+                    "corpus_id_before": before, "state": "appending", "run": os.path.join(STEPS, f"{len(st.steps):04d}")}
+            st.steps.append(step)
+            st.save()
+            return step
+        return None
+
+    def _landed(self, step: dict) -> bool:
+        """Did an ``appending`` step's append reach the corpus (a crash after the rename)?"""
+        with Corpus(self.cfg.corpus) as c:
+            if c.corpus_id == step["corpus_id_before"]:
+                return False
+            info = c.segment_info[-1]
+            names = [os.path.basename(i.get("path", "")) for i in info.get("inputs", [])]
+            if info.get("parent_corpus_id") == step["corpus_id_before"] and names == [step["file"]]:
+                return True
+        raise InputError(f"{self.cfg.corpus} changed since {step['file']} was taken (its id is no longer "
+                         f"{step['corpus_id_before'][:12]}, and its last segment is not that file); "
+                         f"--follow needs the corpus to itself")
+
+    def _mark(self, index: int, **fields) -> None:
+        self.state.steps[index].update(fields)
+        self.state.save()
+
+    def _lock(self) -> DirLock:
+        os.makedirs(self.cfg.out, exist_ok=True)
+        return DirLock(self.cfg.out, "follow run", name=".mpidwe-follow.lock").acquire(warn=self.log)
+
+    # ------------------------------------------------------------ every rank
+    def run(self) -> int:
+        cfg, comm = self.cfg, self.comm
+        lock = comm.on_root(self._lock, broadcast=False)
+        try:
+            steps = comm.on_root(self._open)
+            if self.log:
+                self.log(f"following {cfg.follow}: {sum(s['state'] == 'trained' and s['file'] is not None for s in steps)} file(s) "
+                         f"trained so far; new files are appended to {cfg.corpus}")
+            if not steps and not cfg.init_from:
+                steps = comm.on_root(self._base_step)
+            for step in steps:                   # a step a stop or crash left unfinished
+                if step["state"] not in ("trained", "rejected"):
+                    if self.do_step(step):
+                        return EXIT_REQUEUE
+            return self.watch()
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _base_step(self) -> list[dict]:
+        with Corpus(self.cfg.corpus) as c:
+            cid = c.corpus_id
+        self.state.steps.append({"step": 0, "file": None, "corpus_id": cid, "state": "appended",
+                                 "run": os.path.join(STEPS, "0000")})
+        self.state.save()
+        return self.state.steps
+
+    def watch(self) -> int:
+        cfg, comm = self.cfg, self.comm
+        while True:
+            stop = comm.allreduce_scalar(float(self.stop.requested), "max") > 0
+            if stop:
+                if self.log:
+                    self.log("stop requested (SIGTERM/SIGUSR1) while waiting: every file taken is trained")
+                return 0
+            step = comm.on_root(self._next_file)
+            if step is not None:
+                if self.do_step(step):
+                    return EXIT_REQUEUE
+                continue
+            if cfg.follow_exit_idle:
+                if self.log:
+                    self.log(f"no new file in {cfg.follow}: done (--follow-exit-idle)")
+                return 0
+            waited = 0.0
+            while waited < cfg.follow_poll and not self.stop.requested:
+                time.sleep(TICK_S)
+                waited += TICK_S
+
+    def do_step(self, step: dict) -> bool:
+        """Append (unless done) and train one step; True when a stop interrupted it."""
+        cfg, comm = self.cfg, self.comm
+        if step["state"] == "appending":
+            landed = comm.on_root(self._landed, step)
+            if not landed:
+                path = os.path.join(cfg.follow, step["file"])
+                if self.log:
+                    self.log(f"step {step['step']}: appending {path}")
+                pcfg = PreprocessConfig(inputs=(path,), append=cfg.corpus)
+                try:
+                    preprocess.run(pcfg, comm, log=self.log)
+                except InputError as e:
+                    if not str(e).startswith("input "):     # the file itself is fine: stop
+                        raise
+                    # nothing to train in it (empty, only blanks): recorded, never retried
+                    comm.on_root(self._mark, step["step"], state="rejected", reason=str(e), broadcast=False)
+                    if self.log:
+                        self.log(f"step {step['step']}: {path} not appended: {e}")
+                    return False
+            cid = comm.on_root(self._corpus_id)
+            comm.on_root(self._mark, step["step"], state="appended", corpus_id=cid, broadcast=False)
+            step.update(state="appended", corpus_id=cid)
+        if comm.allreduce_scalar(float(self.stop.requested), "max") > 0:
+            if self.log:
+                self.log(f"stop requested: step {step['step']} is appended but not trained; run again to train it")
+            return True
+        result = self.train_step(step)
+        if result.stopped:
+            return True
+        comm.on_root(self._mark, step["step"], state="trained", checkpoint=result.checkpoint, broadcast=False)
+        step.update(state="trained")
+        if self.log:
+            self.log(f"step {step['step']} trained ({step.get('file') or 'the corpus as it was'}): "
+                     f"{os.path.join(cfg.out, step['run'])}")
+        return False
+
+    def _model_before(self, k: int) -> str | None:
+        """The newest trained step before step ``k`` (a rejected file trained nothing), else
+        ``--init-from``."""
+        done = [s for s in self.state.steps[:k] if s["state"] == "trained"]
+        return step_dir(self.cfg.out, done[-1]["step"]) if done else self.cfg.init_from
+
+    def _corpus_id(self) -> str:
+        with Corpus(self.cfg.corpus) as c:
+            return c.corpus_id
+
+    def train_step(self, step: dict):
+        from . import train
+
+        cfg = self.cfg
+        k = step["step"]
+        if k == 0 and step.get("file") is None:
+            init, segments = None, "all"          # step 0: the corpus as it was
+        else:
+            init, segments = self.comm.on_root(self._model_before, k), "new"
+        scfg = dataclasses.replace(cfg, out=step_dir(cfg.out, k), follow=None, segments=segments,
+                                   init_from=init, resume="auto", force=False)
+        return train.run(scfg, self.comm, log=self.log, stop=self.stop)
+
+
+def run_follow(cfg: TrainConfig, comm: Comm, stop, log=print) -> int:
+    """``--follow``: the exit code (0, or EXIT_REQUEUE when stopped inside a step)."""
+    return Follower(cfg, comm, stop, log if comm.is_root else None).run()

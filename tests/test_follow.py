@@ -1,0 +1,199 @@
+"""train --follow DIR: files dropped into a folder are appended and trained on, and a restart
+trains no file twice and skips none (mpidwe.follow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpidwe import checkpoint
+from mpidwe.comm import Comm
+from mpidwe.config import PreprocessConfig
+from mpidwe.corpus import Corpus
+from mpidwe.follow import Follower, FollowState, ready_files
+from mpidwe.preprocess import run as preprocess
+
+from conftest import error_lines, make_demo_corpus, mpi_command, mpi_env, run_py
+
+FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--log-seconds", "0", "--epochs", "1",
+         "--follow-poll", "0.2", "--follow-settle", "0.2"]
+
+
+@pytest.fixture
+def setup(tmp_path):
+    d = make_demo_corpus(tmp_path / "demo", tokens=60_000, seed=5)
+    lines = (d / "demo.txt").read_text().splitlines(keepends=True)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    parts = [lines[i::4] for i in range(4)]
+    return d / "corpus.h5", inbox, ["".join(p) for p in parts[:3]]
+
+
+def drop(inbox, name: str, text: str) -> None:
+    """As a writer should: write aside, then rename into the folder."""
+    tmp = inbox / f".{name}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, inbox / name)
+
+
+def state(out) -> list[dict]:
+    p = out / "follow.json"
+    return json.loads(p.read_text())["steps"] if p.exists() else []
+
+
+def wait_for(proc, cond, timeout=150):
+    t = time.time()
+    while not cond():
+        if proc.poll() is not None:
+            raise AssertionError(f"--follow ended early ({proc.returncode}): {proc.communicate()}")
+        assert time.time() - t < timeout, "timed out"
+        time.sleep(0.1)
+
+
+def trained(out) -> list[str]:
+    return [s["file"] for s in state(out) if s["state"] == "trained"]
+
+
+@pytest.mark.mpi
+def test_follow_picks_up_dropped_files_and_a_restart_does_not_train_them_again(setup, tmp_path):
+    corpus, inbox, texts = setup
+    out = tmp_path / "run"
+    args = ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox), *FLAGS]
+    proc = subprocess.Popen(mpi_command(2, args), env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(proc, lambda: trained(out) == [None])           # step 0: the corpus as it was
+        drop(inbox, "a.txt", texts[0])
+        drop(inbox, "b.txt", texts[1])
+        (inbox / "c.txt.tmp").write_text(texts[2])               # still being written: not taken
+        wait_for(proc, lambda: trained(out) == [None, "a.txt", "b.txt"])
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "stop requested" in stdout and "Traceback" not in stderr
+    steps = state(out)
+    assert [s["sha256"] for s in steps[1:]] == [__import__("hashlib").sha256(t.encode()).hexdigest() for t in texts[:2]]
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 3
+        assert [s["corpus_id"] for s in steps] == [steps[1]["corpus_id_before"], steps[2]["corpus_id_before"],
+                                                   c.corpus_id]
+        seg_b = c.segments[2]
+    # each step trained its new segment once, warm-started from the step before
+    for k in (1, 2):
+        run = out / "steps" / f"{k:04d}"
+        cfg = json.loads((run / "config.json").read_text())
+        assert cfg["segments"] == "new" and cfg["init_from"]["path"].startswith(str(out / "steps" / f"{k - 1:04d}"))
+        ck = checkpoint.load(checkpoint.list_checkpoints(str(run / "checkpoints"))[-1])
+        assert ck.complete
+    assert ck.progress.words_done == seg_b.n_tokens
+
+    # a restart trains nothing again; the file renamed in meanwhile is the only new step
+    os.replace(inbox / "c.txt.tmp", inbox / "c.txt")
+    time.sleep(0.3)
+    proc = subprocess.run(mpi_command(2, args + ["--follow-exit-idle"]), env=mpi_env(), capture_output=True,
+                          text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert trained(out) == [None, "a.txt", "b.txt", "c.txt"]
+    assert proc.stdout.count("appending") == 1 and "inbox/c.txt" in proc.stdout
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 4
+
+
+def test_a_crash_after_the_append_does_not_append_again(setup, tmp_path):
+    """follow.json says ``appending`` but the corpus holds the file (a crash after the rename):
+    the restart trains it without a second append. A stop between append and training
+    exits 75 and the next run trains the step."""
+    corpus, inbox, texts = setup
+    out = tmp_path / "run"
+    drop(inbox, "a.txt", texts[0])
+    time.sleep(0.3)
+    with Corpus(str(corpus)) as c:
+        before = c.corpus_id
+    st = FollowState(str(out), str(inbox), str(corpus))
+    os.makedirs(out)
+    st.steps = [{"step": 0, "file": "a.txt", "size": len(texts[0]), "sha256": "x", "corpus_id_before": before,
+                 "state": "appending", "run": "steps/0000"}]
+    st.save()
+    preprocess(PreprocessConfig(inputs=(str(inbox / "a.txt"),), append=str(corpus)), Comm.serial(), log=None)
+    init = tmp_path / "init"
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(init), "--dim", "16", "--epochs", "1",
+                   "--threads", "1", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox),
+                   "--init-from", str(init), "--follow-exit-idle", *FLAGS])
+    assert proc.returncode == 0, proc.stderr
+    assert "appending" not in proc.stdout
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 2
+    assert trained(out) == ["a.txt"]
+
+    class Stopped:
+        requested = True
+
+    # stopped right after an append: exit 75, appended but not trained; the next run trains it
+    drop(inbox, "b.txt", texts[1])
+    time.sleep(0.3)
+    from mpidwe.config import TrainConfig
+
+    cfg = TrainConfig(corpus=str(corpus), out=str(out), follow=str(inbox), dim=16, epochs=1, threads=1,
+                      progress=False, follow_settle=0.2)
+    f = Follower(cfg, Comm.serial(), Stopped(), None)
+    f.state = FollowState(str(out), str(inbox), str(corpus)).load()
+    step = f._next_file()
+    assert f.do_step(step) is True
+    assert [s["state"] for s in state(out)] == ["trained", "appended"]
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox),
+                   "--init-from", str(init), "--follow-exit-idle", *FLAGS])
+    assert proc.returncode == 0, proc.stderr
+    assert trained(out) == ["a.txt", "b.txt"] and "appending" not in proc.stdout
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 3
+
+    # a file without a token is recorded as rejected, not retried; the next one warm-starts
+    # from the last trained step
+    drop(inbox, "empty.txt", "  \n\n")
+    time.sleep(0.3)
+    drop(inbox, "z.txt", texts[2])
+    time.sleep(0.3)
+    for _ in range(2):
+        proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox),
+                       "--follow-exit-idle", *FLAGS])
+        assert proc.returncode == 0, proc.stderr
+    steps = state(out)
+    assert [(s["file"], s["state"]) for s in steps[2:]] == [("empty.txt", "rejected"), ("z.txt", "trained")]
+    assert "no tokens" in steps[2]["reason"]
+    cfg = json.loads((out / "steps" / "0003" / "config.json").read_text())
+    assert cfg["init_from"]["path"].startswith(str(out / "steps" / "0001"))
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 4
+
+
+def test_ready_files_skip_hidden_partial_and_fresh_files(tmp_path):
+    for name in ("a.txt", ".hidden", "b.part", "c.tmp"):
+        (tmp_path / name).write_text("x y\n")
+    os.utime(tmp_path / "a.txt", (1, 1))
+    (tmp_path / "d.txt").write_text("fresh\n")
+    assert ready_files(str(tmp_path), 5.0) == [("a.txt", 4)]
+    assert [n for n, _ in ready_files(str(tmp_path), 0.0)] == ["a.txt", "d.txt"]
+
+
+def test_follow_refuses_bad_setups(setup, tmp_path):
+    corpus, inbox, _ = setup
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--follow", str(tmp_path / "nope"),
+                   "--out", str(tmp_path / "r")])
+    assert proc.returncode == 2 and "no such folder" in error_lines(proc.stderr)[0]
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(tmp_path / "none.h5"), "--follow", str(inbox),
+                   "--out", str(tmp_path / "r")])
+    assert proc.returncode == 2 and "--follow needs --corpus" in error_lines(proc.stderr)[0]
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--follow", str(inbox), "--segments", "new"])
+    assert proc.returncode == 2 and "leave out --segments" in error_lines(proc.stderr)[0]
