@@ -3,11 +3,11 @@ trains no file twice and skips none (mpidwe.follow)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -82,7 +82,7 @@ def test_follow_picks_up_dropped_files_and_a_restart_does_not_train_them_again(s
     assert proc.returncode == 0, stderr
     assert "stop requested" in stdout and "Traceback" not in stderr
     steps = state(out)
-    assert [s["sha256"] for s in steps[1:]] == [__import__("hashlib").sha256(t.encode()).hexdigest() for t in texts[:2]]
+    assert [s["sha256"] for s in steps[1:]] == [hashlib.sha256(t.encode()).hexdigest() for t in texts[:2]]
     with Corpus(str(corpus)) as c:
         assert len(c.segments) == 3
         assert [s["corpus_id"] for s in steps] == [steps[1]["corpus_id_before"], steps[2]["corpus_id_before"],
