@@ -190,6 +190,9 @@ def test_cache_version_is_checked(tmp_path):
     reference_embedding(path, SPEC)
     with h5py.File(refcache.cache_path(path), "a") as f:
         f.attrs["format_version"] = 99
+    from mpidwe.formats import reseal
+
+    reseal(refcache.cache_path(path))     # a newer mpidwe's cache is sealed: the version is refused
     with pytest.raises(InputError, match="version 99.*delete it"):
         reference_embedding(path, SPEC)
     assert not reference_embedding(path, SPEC, cache=False).cached
