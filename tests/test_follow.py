@@ -197,3 +197,34 @@ def test_follow_refuses_bad_setups(setup, tmp_path):
     assert proc.returncode == 2 and "--follow needs --corpus" in error_lines(proc.stderr)[0]
     proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--follow", str(inbox), "--segments", "new"])
     assert proc.returncode == 2 and "leave out --segments" in error_lines(proc.stderr)[0]
+
+
+@pytest.mark.mpi
+def test_sigterm_during_a_step_exits_75_and_the_restart_finishes_that_step(setup, tmp_path):
+    corpus, inbox, texts = setup
+    out = tmp_path / "run"
+    flags = ["--dim", "16", "--threads", "1", "--no-progress", "--log-seconds", "0", "--epochs", "8",
+             "--follow-poll", "0.2", "--follow-settle", "0.2", "--checkpoint-every", "5000", "--sync-every", "5000"]
+    args = ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox), *flags]
+    proc = subprocess.Popen(mpi_command(2, args), env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(proc, lambda: trained(out) == [None])
+        drop(inbox, "a.txt", "".join(texts))
+        wait_for(proc, lambda: bool(checkpoint.list_checkpoints(str(out / "steps" / "0001" / "checkpoints"))))
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 75, stderr
+    assert [(s["file"], s["state"]) for s in state(out)] == [(None, "trained"), ("a.txt", "appended")]
+    proc = subprocess.run(mpi_command(2, args + ["--follow-exit-idle"]), env=mpi_env(), capture_output=True,
+                          text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from" in proc.stdout and "appending" not in proc.stdout
+    assert trained(out) == [None, "a.txt"]
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(out / "steps" / "0001" / "checkpoints"))[-1])
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 2 and ck.complete and ck.progress.words_done == 8 * c.segments[1].n_tokens
