@@ -158,8 +158,8 @@ class Follower:
             if c.corpus_id == step["corpus_id_before"]:
                 return False
             info = c.segment_info[-1]
-            names = [os.path.basename(i.get("path", "")) for i in info.get("inputs", [])]
-            if info.get("parent_corpus_id") == step["corpus_id_before"] and names == [step["file"]]:
+            got = [(os.path.basename(i.get("path", "")), i.get("bytes")) for i in info.get("inputs", [])]
+            if info.get("parent_corpus_id") == step["corpus_id_before"] and got == [(step["file"], step["size"])]:
                 return True
         raise InputError(f"{self.cfg.corpus} changed since {step['file']} was taken (its id is no longer "
                          f"{step['corpus_id_before'][:12]}, and its last segment is not that file); "
@@ -180,8 +180,9 @@ class Follower:
         try:
             steps = comm.on_root(self._open)
             if self.log:
-                self.log(f"following {cfg.follow}: {sum(s['state'] == 'trained' and s['file'] is not None for s in steps)} file(s) "
-                         f"trained so far; new files are appended to {cfg.corpus}")
+                done = sum(s["state"] == "trained" and s["file"] is not None for s in steps)
+                self.log(f"following {cfg.follow}: {done} file(s) trained so far; new files are appended "
+                         f"to {cfg.corpus}")
             if not steps and not cfg.init_from:
                 steps = comm.on_root(self._base_step)
             for step in steps:                   # a step a stop or crash left unfinished

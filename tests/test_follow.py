@@ -3,11 +3,11 @@ trains no file twice and skips none (mpidwe.follow)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -82,7 +82,7 @@ def test_follow_picks_up_dropped_files_and_a_restart_does_not_train_them_again(s
     assert proc.returncode == 0, stderr
     assert "stop requested" in stdout and "Traceback" not in stderr
     steps = state(out)
-    assert [s["sha256"] for s in steps[1:]] == [__import__("hashlib").sha256(t.encode()).hexdigest() for t in texts[:2]]
+    assert [s["sha256"] for s in steps[1:]] == [hashlib.sha256(t.encode()).hexdigest() for t in texts[:2]]
     with Corpus(str(corpus)) as c:
         assert len(c.segments) == 3
         assert [s["corpus_id"] for s in steps] == [steps[1]["corpus_id_before"], steps[2]["corpus_id_before"],
@@ -197,3 +197,34 @@ def test_follow_refuses_bad_setups(setup, tmp_path):
     assert proc.returncode == 2 and "--follow needs --corpus" in error_lines(proc.stderr)[0]
     proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--follow", str(inbox), "--segments", "new"])
     assert proc.returncode == 2 and "leave out --segments" in error_lines(proc.stderr)[0]
+
+
+@pytest.mark.mpi
+def test_sigterm_during_a_step_exits_75_and_the_restart_finishes_that_step(setup, tmp_path):
+    corpus, inbox, texts = setup
+    out = tmp_path / "run"
+    flags = ["--dim", "16", "--threads", "1", "--no-progress", "--log-seconds", "0", "--epochs", "8",
+             "--follow-poll", "0.2", "--follow-settle", "0.2", "--checkpoint-every", "5000", "--sync-every", "5000"]
+    args = ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--follow", str(inbox), *flags]
+    proc = subprocess.Popen(mpi_command(2, args), env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(proc, lambda: trained(out) == [None])
+        drop(inbox, "a.txt", "".join(texts))
+        wait_for(proc, lambda: bool(checkpoint.list_checkpoints(str(out / "steps" / "0001" / "checkpoints"))))
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 75, stderr
+    assert [(s["file"], s["state"]) for s in state(out)] == [(None, "trained"), ("a.txt", "appended")]
+    proc = subprocess.run(mpi_command(2, args + ["--follow-exit-idle"]), env=mpi_env(), capture_output=True,
+                          text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from" in proc.stdout and "appending" not in proc.stdout
+    assert trained(out) == [None, "a.txt"]
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(out / "steps" / "0001" / "checkpoints"))[-1])
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 2 and ck.complete and ck.progress.words_done == 8 * c.segments[1].n_tokens

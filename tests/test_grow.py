@@ -3,6 +3,7 @@ of segments, and a warm start on a grown corpus that learns the new words."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -185,8 +186,6 @@ def test_warm_start_on_a_grown_corpus_learns_the_new_clusters(tmp_path):
                 "--segments", "new", "--init-from", str(tmp_path / "r1")])
     run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(tmp_path / "cold"), *flags,
                 "--segments", "new"])
-    import json
-
     warm = json.loads((tmp_path / "warm" / "metrics.jsonl").read_text().splitlines()[-1])
     cold = json.loads((tmp_path / "cold" / "metrics.jsonl").read_text().splitlines()[-1])
     config = json.loads((tmp_path / "warm" / "config.json").read_text())
