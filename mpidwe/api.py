@@ -244,6 +244,9 @@ def kind_of(path: str) -> str:
 def _matrix(ck, which: str) -> np.ndarray:
     if which == "input":
         return ck.w_in
+    if ck.config.get("loss") == "hs":
+        raise InputError(f"{ck.path} was trained with hierarchical softmax: its output rows are Huffman-tree "
+                         f"nodes, not words, so only the input matrix holds word vectors")
     if which == "output":
         return ck.w_out
     return ck.w_in + ck.w_out
@@ -314,6 +317,9 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     from .config import TrainConfig, from_mapping
 
     cfg = from_mapping(TrainConfig, options, source="mpidwe.fit() arguments")
+    if matrix != "input" and cfg.loss == "hs":
+        raise InputError("a run trained with hierarchical softmax has word vectors in its input matrix only "
+                         "(its output rows are Huffman-tree nodes)")
     result = train_module.run(cfg, Comm.world(), log=log)
     counts = _corpus_counts(cfg.corpus or os.path.join(train_module.DEMO_DIR, "corpus.h5"), len(result.words))
     w = {"input": result.w_in, "output": result.w_out}.get(matrix)

@@ -243,7 +243,7 @@ FOREIGN_OPTIONS = {
         "corpus_file": "--corpus (a corpus made by python -m mpidwe.preprocess TEXT)",
         "output": "--out (the run directory; vectors.txt is written there)",
         "binary": "python -m mpidwe.inspect RUN_DIR export --format word2vec-binary -o FILE after training",
-        "hs": "--negative (mpidwe trains with negative sampling)",
+        "hs": "--loss hs (hierarchical softmax; --loss ns is negative sampling)",
     },
     "preprocess": {
         "min_count": "--min-count", "mincount": "--min-count", "max_vocab_size": "--max-vocab",
@@ -322,6 +322,9 @@ class TrainConfig:
     dim: int = opt(100, "embedding dimension")
     window: int = opt(5, "maximum window radius (word2vec shrinks it at random per word)")
     negative: int = opt(5, "negative samples per positive example")
+    loss: str = opt("ns", "output layer: ns (negative sampling) or hs (word2vec's hierarchical softmax over a "
+                    "Huffman tree of the corpus counts; the tree's V-1 inner nodes are the output rows, "
+                    "--negative is ignored)", choices=["ns", "hs"])
     sample: float = opt(1e-4, "subsampling threshold for frequent words (0 disables)")
     lr: float = opt(0.025, "starting learning rate (word2vec uses 0.025 for skip-gram, 0.05 for cbow)")
     min_lr_ratio: float = opt(1e-4, "final learning rate as a fraction of --lr")

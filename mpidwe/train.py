@@ -33,6 +33,7 @@ from .fsutil import DirLock, atomic_write, reason, remove_leftovers
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .balance import EpochStream, SpeedWeights, split_points
 from .guard import DivergenceGuard
+from .huffman import build_tree
 from .progress import ProgressLog, bar_wanted, setup_cli_logging
 from .sync import Synchronizer, lr_scale
 from .vocab import keep_probabilities, negative_table
@@ -162,6 +163,11 @@ class Backend:
 
     def train(self, tokens, starts, keep, table, rng_state, **kw):
         w_in, w_out, t_in, t_out = self.arrays
+        if kw.get("hs") is not None and self.kind == "torch":     # HS has its own torch module
+            from .kernels.torch_hs import train_block as train_hs
+
+            return train_hs(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
+                            touched_out=t_out, **kw)
         return self._train(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
                            touched_out=t_out, **kw)
 
@@ -381,7 +387,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
                          f"give at least --epochs {ck.config.get('epochs')} or start a new run from it "
                          f"with --init-from")
     for key in RESUME_MUST_MATCH:
-        old, new = ck.config.get(key), resolved.get(key)
+        old, new = ck.config.get(key, RESUME_DEFAULTS.get(key)), resolved.get(key)
         if old != new:
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
                              f"but the checkpoint has {old!r}")
@@ -392,7 +398,10 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 # ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
 # (replan), which continues the run but is not bit-identical to an uninterrupted one.
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
-                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance")
+                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
+                     "loss")
+# what a checkpoint written before an option existed ran with
+RESUME_DEFAULTS = {"loss": "ns"}
 
 
 def needs_replan(progress: checkpoint.Progress, plan: "Plan", world: int) -> bool:
@@ -596,7 +605,8 @@ def warm_start(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, state: 
         if len(new_ids) == 0:
             raise InputError(f"--init-from {ck.path}: it shares no word with {corpus.path}")
         state.w_in[new_ids] = ck.w_in[old_ids]
-        state.w_out[new_ids] = ck.w_out[old_ids]
+        if cfg.loss == "ns" and ck.config.get("loss", "ns") == "ns":   # HS output rows are tree nodes
+            state.w_out[new_ids] = ck.w_out[old_ids]
         info = {"path": ck.path, "corpus_id": ck.corpus_id, "words_done": ck.progress.words_done,
                 "rows_carried": int(len(new_ids)), "rows_new": int(corpus.n_words - len(new_ids))}
         if log:
@@ -767,6 +777,8 @@ class Trainer:
         self.shared_negatives = cfg.shared_negatives and cfg.model == "skipgram"
         self.keep = keep_probabilities(corpus.counts, cfg.sample).astype(np.float32)
         self.table = negative_table(corpus.counts)
+        # hierarchical softmax: the Huffman tree of the counts, rebuilt on every rank at every start
+        self.loss_kw = {"hs": build_tree(corpus.counts).tables()} if cfg.loss == "hs" else {}
         self.touched = [np.zeros(v, dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
         self.syncer = Synchronizer(comm, [state.w_in, state.w_out], mode=cfg.sync, scale=plan.scale,
                                    allreduce=cfg.allreduce)
@@ -814,7 +826,7 @@ class Trainer:
                 negative=cfg.negative, lr0=self.local_lr, lr_min=self.local_lr * cfg.min_lr_ratio,
                 words_done=p.words_done + scale * words, words_scale=scale,
                 words_total=self.plan.words_total, threads=self.plan.threads,
-                shared_negatives=self.shared_negatives)
+                shared_negatives=self.shared_negatives, **self.loss_kw)
             words += n_words
             self.local_words += n_words
             loss += l

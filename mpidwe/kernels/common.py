@@ -24,7 +24,8 @@ LCG_INCREMENT = 11
 #   1. subsampling: one uniform per token whose keep probability is < 1, in token order;
 #   2. per kept position, in order: one `below(window)` for the shrunk window, then
 #      skip-gram: per context (left to right) `negative` noise draws;
-#      shared negatives / CBOW: `negative` noise draws once, only if the window has a context.
+#      shared negatives / CBOW: `negative` noise draws once, only if the window has a context;
+#      hierarchical softmax (``hs``): no noise draws at all (the centre's Huffman path instead).
 
 # word2vec's sigmoid table: 1000 bins on [-6, 6); scores beyond +-6 get the saturated
 # gradient (label - 1 or label - 0) exactly like word2vec.c.
@@ -98,6 +99,24 @@ def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
         raise ValueError("tokens given without sent_starts")
     if n and isinstance(tokens, np.ndarray) and (tokens.min() < 0 or tokens.max() >= vocab):
         raise ValueError(f"token ids must be in [0, {vocab})")
+
+
+def check_hs(hs, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels' ``hs`` argument, (codes uint8 [V, L], points int32 [V, L], lengths int32
+    [V]) from mpidwe.huffman, checked so that no path can index outside the output matrix."""
+    codes, points, lengths = hs
+    for name, arr, dtype, ndim in (("codes", codes, np.uint8, 2), ("points", points, np.int32, 2),
+                                   ("lengths", lengths, np.int32, 1)):
+        if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != ndim:
+            raise TypeError(f"hs {name} must be a {ndim}-d numpy {np.dtype(dtype).name} array")
+        if len(arr) != vocab:
+            raise ValueError(f"hs {name} has {len(arr)} rows for a vocabulary of {vocab}")
+    if codes.shape != points.shape or not codes.flags.c_contiguous or not points.flags.c_contiguous:
+        raise ValueError("hs codes and points must be C-contiguous arrays of the same shape")
+    if vocab and (lengths.min() < 1 or lengths.max() > points.shape[1]
+                  or points.min() < 0 or points.max() > vocab - 2):
+        raise ValueError(f"hs paths must have 1..{points.shape[1]} nodes in [0, {vocab - 1})")
+    return codes, points, lengths
 
 
 _DTYPES = {"w_in": np.float32, "w_out": np.float32, "tokens": np.int32, "sent_starts": np.int64,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP,
-                     SIGMOID_BIN_SCALE, check_block, learning_rate, sigmoid_tables)
+                     SIGMOID_BIN_SCALE, check_block, check_hs, learning_rate, sigmoid_tables)
 
 SIGMOID, LOSS = sigmoid_tables()
 MASK64 = (1 << 64) - 1
@@ -119,16 +119,79 @@ def cbow_center(w_in, w_out, contexts, center, negs, lr) -> float:
     return loss
 
 
+def hs_gradient(score, label: int, lr: float) -> tuple[np.float32, float]:
+    """Hierarchical softmax: as gradient(), but a node beyond +-MAX_EXP gets no update."""
+    score = float(score)
+    if abs(score) >= MAX_EXP:
+        return np.float32(0.0), gradient(score, label, lr)[1]
+    return gradient(score, label, lr)
+
+
+def hs_path(h, w_out, path, grad_h, lr) -> float:
+    """Walk the centre's Huffman path [(node, code), ...]: label 1 - code at every node."""
+    loss = 0.0
+    for node, code in path:
+        out_row = w_out[node]
+        g, l_ = hs_gradient(np.dot(h, out_row), 1 - code, lr)
+        loss += l_
+        if g != 0.0:
+            grad_h += g * out_row
+            out_row += g * h
+    return loss
+
+
+def skipgram_pair_hs(w_in, w_out, context, path, lr) -> float:
+    h = w_in[context]
+    grad_h = np.zeros_like(h)
+    loss = hs_path(h, w_out, path, grad_h, lr)
+    h += grad_h
+    return loss
+
+
+def skipgram_window_hs(w_in, w_out, contexts, path, lr) -> float:
+    """The window's contexts share the centre's path; gradients from the rows before it."""
+    grads = np.zeros((len(contexts), len(path)), dtype=np.float32)
+    loss = 0.0
+    for i, c in enumerate(contexts):
+        for j, (node, code) in enumerate(path):
+            grads[i, j], l_ = hs_gradient(np.dot(w_in[c], w_out[node]), 1 - code, lr)
+            loss += l_
+    grad_in = [sum((grads[i, j] * w_out[node] for j, (node, _) in enumerate(path)),
+                   np.zeros(w_in.shape[1], np.float32)) for i in range(len(contexts))]
+    for j, (node, _) in enumerate(path):
+        for i, c in enumerate(contexts):
+            w_out[node] += grads[i, j] * w_in[c]
+    for i, c in enumerate(contexts):
+        w_in[c] += grad_in[i]
+    return loss
+
+
+def cbow_center_hs(w_in, w_out, contexts, path, lr) -> float:
+    h = np.zeros(w_in.shape[1], np.float32)
+    for c in contexts:
+        h += w_in[c]
+    h *= np.float32(1.0) / np.float32(len(contexts))
+    grad_h = np.zeros_like(h)
+    loss = hs_path(h, w_out, path, grad_h, lr)
+    for c in contexts:
+        w_in[c] += grad_h
+    return loss
+
+
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False):
+                threads=1, shared_negatives=False, hs=None):
     """Same arguments and results as kernels.cpu.train_block; one thread only."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
                 words_total=words_total, threads=threads, shared_negatives=shared_negatives)
     if threads != 1:
         raise ValueError("the reference kernel runs one thread")
+    if hs is not None:
+        codes, points, lengths = check_hs(hs, w_in.shape[0])
+        paths = [[(int(points[w, j]), int(codes[w, j])) for j in range(lengths[w])]
+                 for w in range(len(lengths))]
     rng = Lcg(rng_state[0])
     ends = list(sent_starts[1:]) + [len(tokens)]
     lr = learning_rate(lr0, lr_min, words_done, words_scale, 0, words_total)
@@ -143,6 +206,21 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
             around = range(max(pos - reach, 0), min(pos + reach, len(kept) - 1) + 1)
             contexts = [kept[c] for c in around if c != pos]
             if not contexts:
+                continue
+            if hs is not None:
+                path = paths[center]
+                if model == "cbow":
+                    loss += cbow_center_hs(w_in, w_out, contexts, path, lr)
+                    n_examples += 1
+                elif shared_negatives:
+                    loss += skipgram_window_hs(w_in, w_out, contexts, path, lr)
+                    n_examples += len(contexts)
+                else:
+                    for context in contexts:
+                        loss += skipgram_pair_hs(w_in, w_out, context, path, lr)
+                        n_examples += 1
+                touched_in[contexts] = 1
+                touched_out[[node for node, _ in path]] = 1
                 continue
             if model == "cbow":
                 negs = draw_negatives(rng, negative, center, neg_table)
