@@ -79,8 +79,8 @@ def prepare(a, work: str) -> tuple[str, str, int]:
     return corpus, text, raw
 
 
-def warm_up(work: str, seed: int) -> None:
-    """Compile the HS kernels once (numba caches them on disk) outside the timings."""
+def warm_corpus(work: str) -> str:
+    """A small demo corpus to compile the kernels on, made once per workdir."""
     from mpidwe.comm import Comm
     from mpidwe.config import PreprocessConfig, SynthConfig
     from mpidwe.preprocess import run as preprocess
@@ -91,6 +91,12 @@ def warm_up(work: str, seed: int) -> None:
         write_demo(SynthConfig(output=warm, tokens=200_000, force=True))
         preprocess(PreprocessConfig(inputs=(os.path.join(warm, "demo.txt"),), output=os.path.join(warm, "corpus.h5")),
                    Comm.serial(), log=None)
+    return warm
+
+
+def warm_up(work: str, seed: int) -> None:
+    """Compile the HS kernels once (numba caches them on disk) outside the timings."""
+    warm = warm_corpus(work)
     for model in ("skipgram", "cbow"):
         for shared in ([], ["--no-shared-negatives"]):
             run_mpidwe(os.path.join(warm, "corpus.h5"), os.path.join(warm, "run"), 1, 2, "sparse", 1, seed,

@@ -55,6 +55,13 @@ Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_
   window (no random difference, only the order of the updates). The torch kernel has it in
   ``kernels/torch_hs.py``.
 
+* ``subwords``: None, or fastText's input layer ``(ptr, ids)`` from
+  ``mpidwe.subwords.build_table(words, minn, maxn, buckets)``: word w's input is the mean
+  of rows ``ids[ptr[w]:ptr[w+1]]`` of ``w_in`` (its own row, then its n-gram buckets, so
+  ``w_in`` has V + buckets rows and ``touched_in`` as many), and every one of those rows
+  receives the whole change of that mean. The random draws do not change. numba and
+  reference kernels only.
+
 Returns ``loss_sum`` (sum of -log sigma(pos) - sum log sigma(-neg), from the same table
 lookups as the gradient), ``n_examples`` (skip-gram pairs, or CBOW centres), and
 ``words_processed`` (len(tokens): raw tokens, the unit of the learning-rate schedule).

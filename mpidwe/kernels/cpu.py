@@ -496,21 +496,165 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
     return loss, n_examples
 
 
+# ------------------------------------------------------------------ subwords (fastText)
+@njit(inline="always")
+def _gather(w_in, sub_ptr, sub_ids, word, hbuf, hold, i, dim):
+    """hbuf[i] = hold[i] = the mean of the word's input rows (its own and its n-grams')."""
+    h = hbuf[i]
+    for k in range(dim):
+        h[k] = 0.0
+    for p in range(sub_ptr[word], sub_ptr[word + 1]):
+        row = w_in[sub_ids[p]]
+        for k in range(dim):
+            h[k] += row[k]
+    inv = np.float32(1.0) / np.float32(sub_ptr[word + 1] - sub_ptr[word])
+    o = hold[i]
+    for k in range(dim):
+        h[k] *= inv
+        o[k] = h[k]
+
+
+@njit(inline="always")
+def _scatter(w_in, sub_ptr, sub_ids, word, hbuf, hold, i, touched_in, dim):
+    """Every row of the word receives the whole change of its mean (as fastText, whose rows
+    each get the full gradient of the hidden layer)."""
+    h = hbuf[i]
+    o = hold[i]
+    for k in range(dim):
+        h[k] -= o[k]
+    for p in range(sub_ptr[word], sub_ptr[word + 1]):
+        r = sub_ids[p]
+        row = w_in[r]
+        for k in range(dim):
+            row[k] += h[k]
+        _mark(touched_in, r)
+
+
+@njit(nogil=True, fastmath=True, cache=True)
+def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_prob,
+                     neg_table, rng_state, tid, progress, window, negative, lr0, lr_min,
+                     words_done, words_scale, words_total, touched_in, touched_out,
+                     sigmoid, loss_table, codes, points, lengths, sub_ptr, sub_ids):
+    """_train_chunk with subword inputs: each context's input is the mean of its rows
+    (word + hashed n-grams), gathered into a small buffer that the same update functions
+    train as if it were w_in; each buffer row's change then goes to all the word's rows.
+    The random draws are _train_chunk's, draw for draw."""
+    mode = literally(mode)
+    dim = literally(dim)
+    n_tokens = tokens.shape[0]
+    n_starts = sent_starts.shape[0]
+    longest = 0
+    for si in range(s_lo, s_hi):
+        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
+        longest = max(longest, end - sent_starts[si])
+    kept = np.empty(longest, np.int32)
+    raw_pos = np.empty(longest, np.int64)
+    contexts = np.empty(2 * window, np.int64)
+    local = np.arange(2 * window).astype(np.int64)
+    no_touch = np.zeros(2 * window, np.uint8)
+    hbuf = np.empty((2 * window, dim), np.float32)
+    hold = np.empty((2 * window, dim), np.float32)
+    negs = np.empty(negative + 1, np.int64)
+    h = np.empty(dim, np.float32)
+    grad_h = np.empty(dim, np.float32)
+    scores_g = np.empty((2 * window, max(negative + 1, points.shape[1])), np.float32)
+    grad_in = np.empty((2 * window, dim), np.float32)
+
+    state = rng_state[tid]
+    raw_done = 0
+    last_refresh = 0
+    lr = _refresh_lr(progress, tid, 0, lr0, lr_min, words_done, words_scale, words_total)
+    loss = 0.0
+    n_examples = 0
+    for si in range(s_lo, s_hi):
+        beg = sent_starts[si]
+        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
+        n, state = _subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, raw_done)
+        for pos in range(n):
+            if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
+                last_refresh = raw_pos[pos]
+                lr = _refresh_lr(progress, tid, last_refresh, lr0, lr_min, words_done,
+                                 words_scale, words_total)
+            center = kept[pos]
+            state = _lcg(state)
+            reach = window - _below(state, window)
+            lo = max(pos - reach, 0)
+            hi = min(pos + reach, n - 1)
+            length = lengths[center] if mode >= SKIPGRAM_HS else 0
+            if mode == SKIPGRAM or mode == SKIPGRAM_HS:
+                for c in range(lo, hi + 1):
+                    if c == pos:
+                        continue
+                    _gather(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, 0, dim)
+                    if mode == SKIPGRAM:
+                        state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                        loss += _skipgram_pair(hbuf, w_out, 0, center, negs, n_negs, lr, grad_h,
+                                               sigmoid, loss_table, touched_out, dim)
+                    else:
+                        loss += _skipgram_pair_hs(hbuf, w_out, 0, center, codes, points, length,
+                                                  lr, grad_h, sigmoid, loss_table, dim)
+                    _scatter(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, 0, touched_in, dim)
+                    n_examples += 1
+                if hi > lo:
+                    if mode == SKIPGRAM:
+                        _mark(touched_out, center)
+                    else:
+                        _mark_path(touched_out, points, length, center)
+                continue
+            n_ctx = 0
+            for c in range(lo, hi + 1):
+                if c != pos:
+                    contexts[n_ctx] = kept[c]
+                    _gather(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, n_ctx, dim)
+                    n_ctx += 1
+            if n_ctx == 0:
+                continue
+            if mode == SKIPGRAM_SHARED:
+                negs[0] = center
+                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs[1:], w_out)
+                loss += _skipgram_window_shared(hbuf, w_out, local, n_ctx, negs, n_negs + 1, lr,
+                                                scores_g, grad_in, sigmoid, loss_table, no_touch,
+                                                touched_out, dim)
+                n_examples += n_ctx
+            elif mode == CBOW:
+                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                loss += _cbow_center(hbuf, w_out, local, n_ctx, center, negs, n_negs, lr, h, grad_h,
+                                     sigmoid, loss_table, no_touch, touched_out, dim)
+                n_examples += 1
+            elif mode == SKIPGRAM_HS_SHARED:
+                loss += _skipgram_window_hs(hbuf, w_out, local, n_ctx, codes, points, length, center,
+                                            lr, scores_g, grad_in, sigmoid, loss_table, no_touch, dim)
+                _mark_path(touched_out, points, length, center)
+                n_examples += n_ctx
+            else:
+                loss += _cbow_center_hs(hbuf, w_out, local, n_ctx, codes, points, length, center, lr,
+                                        h, grad_h, sigmoid, loss_table, no_touch, dim)
+                _mark_path(touched_out, points, length, center)
+                n_examples += 1
+            for i in range(n_ctx):
+                _scatter(w_in, sub_ptr, sub_ids, contexts[i], hbuf, hold, i, touched_in, dim)
+        raw_done += end - beg
+    rng_state[tid] = state
+    progress[tid] = raw_done
+    return loss, n_examples
+
+
 # ------------------------------------------------------------------ the public entry point
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, hs=None):
+                threads=1, shared_negatives=False, hs=None, subwords=None):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
     See kernels/__init__.py for the arguments and the determinism contract."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=threads, shared_negatives=shared_negatives)
+                words_total=words_total, threads=threads, shared_negatives=shared_negatives,
+                subwords=subwords)
     n_tokens = len(tokens)
     if n_tokens == 0:
         return 0.0, 0, 0
     if hs is not None:
-        codes, points, lengths = check_hs(hs, w_in.shape[0])
+        codes, points, lengths = check_hs(hs, w_out.shape[0])
         mode = CBOW_HS if model == "cbow" else (SKIPGRAM_HS_SHARED if shared_negatives else SKIPGRAM_HS)
         negative = 0
     else:
@@ -522,11 +666,14 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
              float(words_scale), float(words_total), touched_in, touched_out, SIGMOID, LOSS,
              codes, points, lengths)
 
+    if subwords is not None:
+        fixed = fixed + tuple(subwords)
+
     def args(t):
         return (mode, w_in.shape[1], w_in, w_out, tokens, sent_starts, bounds[t], bounds[t + 1],
                 keep_prob, neg_table, rng_state, t, progress) + fixed
 
-    compiled = _compiled_chunk(args(0))
+    compiled = _compiled_chunk(args(0), sub=subwords is not None)
 
     def chunk(t):
         return compiled(*args(t))
@@ -545,15 +692,15 @@ _COMPILED = {}
 _NO_TREE = (np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.int32), np.zeros(1, np.int32))
 
 
-def _compiled_chunk(args):
+def _compiled_chunk(args, sub=False):
     """The machine code of _train_chunk for these argument types, with mode and dim as
     compile-time constants. Calling it directly skips numba's dispatcher, which would
     otherwise re-resolve the literal arguments (seconds) on every call."""
-    key = args[:2]    # check_block fixed every other argument's type
+    key = args[:2] + (sub,)    # check_block fixed every other argument's type
     compiled = _COMPILED.get(key)
     if compiled is None:
         argtypes = tuple(types.IntegerLiteral(a) if i < 2 else typeof(a) for i, a in enumerate(args))
-        compiled = _COMPILED[key] = _train_chunk.compile(argtypes)
+        compiled = _COMPILED[key] = (_train_chunk_sub if sub else _train_chunk).compile(argtypes)
     return compiled
 
 
