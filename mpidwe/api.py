@@ -38,7 +38,7 @@ class WordVectors:
     first query and kept."""
 
     def __init__(self, words, vectors, counts=None, *, path: str | None = None, checkpoint=None,
-                 run_dir: str | None = None, matrix: str = "input", result=None):
+                 run_dir: str | None = None, matrix: str = "input", result=None, oov=None):
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(words):
             raise ValueError(f"{len(words)} words for vectors of shape {vectors.shape}")
@@ -49,6 +49,8 @@ class WordVectors:
         self.counts = None if counts is None else np.asarray(counts, dtype=np.int64)
         self.path, self.checkpoint, self.run_dir = path, checkpoint, run_dir
         self.matrix, self.result = matrix, result
+        # a model for words outside the vocabulary (``.kind``, ``.vector(word)``), or None
+        self.oov = oov
         self._index: dict[str, int] | None = None
         self._unit: np.ndarray | None = None
 
@@ -84,16 +86,38 @@ class WordVectors:
         return iter(self.words)
 
     def __getitem__(self, word: str) -> np.ndarray:
-        """The vector of ``word`` (a row of ``vectors``, not a copy)."""
+        """The vector of ``word`` (a row of ``vectors``, not a copy); for a word outside the
+        vocabulary, the OOV model's vector (:meth:`vector`)."""
+        if self.oov is not None and isinstance(word, str) and word not in self.index:
+            return self.vector(word)
         return self.vectors[self.row(word)]
+
+    def vector(self, word: str) -> np.ndarray:
+        """The word's vector: its row, or for a word outside the vocabulary the vector the
+        checkpoint's OOV model gives it (subword n-grams); a KeyError without one."""
+        i = self.index.get(word) if isinstance(word, str) else None
+        if i is not None:
+            return self.vectors[i]
+        if self.oov is None:
+            self.row(word)                 # raises the KeyError that names the word
+        return np.asarray(self.oov.vector(word), dtype=np.float32)
+
+    def _unit_of(self, word: str) -> tuple[np.ndarray, int | None]:
+        """(unit vector, row or None for an OOV word) of a query word."""
+        i = self.index.get(word) if isinstance(word, str) else None
+        if i is not None:
+            return self.unit[i], i
+        v = self.vector(word)
+        return v / max(float(np.linalg.norm(v)), 1e-12), None
 
     def row(self, word: str) -> int:
         """The row of ``word``; a KeyError naming it when it is not in the vocabulary."""
         try:
             return self.index[word]
         except (KeyError, TypeError):
+            hint = "" if self.oov is not None else "; these vectors have no model for words outside the vocabulary"
             raise KeyError(f"word not in vocabulary: {word!r} ({len(self):,} words in "
-                           f"{self.path or 'these vectors'})") from None
+                           f"{self.path or 'these vectors'}{hint})") from None
 
     def __repr__(self) -> str:
         src = f", from {self.path!r}" if self.path else ""
@@ -114,9 +138,10 @@ class WordVectors:
             raise ValueError("most_similar needs at least one positive or negative word")
         if topn is not None and topn < 1:
             return []
-        rows = [self.row(w) for w in positive] + [self.row(w) for w in negative]
+        looked = [self._unit_of(w) for w in positive + negative]
+        rows = [i for _, i in looked if i is not None]
         weights = np.array([1.0] * len(positive) + [-1.0] * len(negative), dtype=np.float32)
-        query = weights @ self.unit[rows]
+        query = weights @ np.stack([u for u, _ in looked])
         query /= max(float(np.linalg.norm(query)), 1e-12)
         scores = self.unit @ query
         scores[~np.isfinite(scores)] = -np.inf
@@ -129,8 +154,8 @@ class WordVectors:
         return [(self.words[i], float(scores[i])) for i in best if i not in exclude][:topn]
 
     def similarity(self, w1: str, w2: str) -> float:
-        """Cosine similarity of two words."""
-        return float(self.unit[self.row(w1)] @ self.unit[self.row(w2)])
+        """Cosine similarity of two words (an OOV word through the OOV model, if any)."""
+        return float(self._unit_of(w1)[0] @ self._unit_of(w2)[0])
 
     # ---------------------------------------------------------------- benchmarks
     def evaluate_word_pairs(self, path: str):
@@ -241,12 +266,18 @@ def kind_of(path: str) -> str:
     return "checkpoint"
 
 
-def _matrix(ck, which: str) -> np.ndarray:
+def _matrix(ck, which: str, word_in: np.ndarray | None = None) -> np.ndarray:
+    """The chosen matrix; ``word_in``: the words' input vectors where they are not ck.w_in's
+    rows (--subwords: the mean of each word's rows)."""
+    word_in = ck.w_in if word_in is None else word_in
     if which == "input":
-        return ck.w_in
+        return word_in
+    if ck.config.get("loss") == "hs":
+        raise InputError(f"{ck.path} was trained with hierarchical softmax: its output rows are Huffman-tree "
+                         f"nodes, not words, so only the input matrix holds word vectors")
     if which == "output":
         return ck.w_out
-    return ck.w_in + ck.w_out
+    return word_in + ck.w_out
 
 
 def _check_matrix(matrix: str) -> None:
@@ -276,8 +307,41 @@ def load(path, *, matrix: str = "input", warn=None) -> WordVectors:
         return WordVectors(words, vectors, None, path=path, matrix=matrix)
     ck = read_checkpoint(path, warn=warn or _log.warning)
     run_dir = path if kind == "run" else _run_dir_of(ck.path)
-    return WordVectors(ck.words, _matrix(ck, matrix), ck.counts, path=path, checkpoint=ck,
-                       run_dir=run_dir, matrix=matrix)
+    oov = oov_model(ck.config, ck.words, ck.w_in, ck)
+    vectors = _matrix(ck, matrix, oov.word_vectors() if oov is not None else None)
+    return WordVectors(ck.words, vectors, ck.counts, path=path, checkpoint=ck,
+                       run_dir=run_dir, matrix=matrix, oov=oov)
+
+
+class SubwordOOV:
+    """fastText's answer for any word: the mean of its rows (own and n-gram), n-grams only
+    for a word outside the vocabulary."""
+
+    kind = "subwords"
+
+    def __init__(self, table, w_in):
+        self.table, self.w_in = table, w_in
+
+    def word_vectors(self) -> np.ndarray:
+        return self.table.word_vectors(self.w_in)
+
+    def vector(self, word: str) -> np.ndarray:
+        return self.table.vector(self.w_in, word)
+
+
+def oov_model(config: dict, words, w_in, ck=None):
+    """The OOV model of a checkpoint, or None: its subwords (from its configuration and
+    input rows), else a character generator fit to it (``python -m mpidwe.chargen``, the
+    file beside the checkpoint)."""
+    if config.get("subwords"):
+        from .subwords import build_table
+
+        return SubwordOOV(build_table(list(words), config["minn"], config["maxn"], config["buckets"]), w_in)
+    if ck is not None and ck.path and os.path.exists(ck.path + ".chargen.h5"):
+        from . import chargen
+
+        return chargen.load(chargen.path_for(ck.path), ck.content)
+    return None
 
 
 def _run_dir_of(ckpt_path: str) -> str | None:
@@ -311,7 +375,7 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     _check_matrix(matrix)
     from . import train as train_module
     from .comm import Comm
-    from .config import TrainConfig, from_mapping
+    from .config import TrainConfig, from_mapping, to_dict
 
     cfg = from_mapping(TrainConfig, options, source="mpidwe.fit() arguments")
     if cfg.follow:
@@ -319,12 +383,18 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
 
         raise ConfigError("follow= watches a folder until stopped and returns no vectors; run python -m "
                           "mpidwe.train --follow DIR, then mpidwe.load(RUN_DIR/steps/NNNN)")
+    if matrix != "input" and cfg.loss == "hs":
+        raise InputError("a run trained with hierarchical softmax has word vectors in its input matrix only "
+                         "(its output rows are Huffman-tree nodes)")
     result = train_module.run(cfg, Comm.world(), log=log)
     counts = _corpus_counts(cfg.corpus or os.path.join(train_module.DEMO_DIR, "corpus.h5"), len(result.words))
-    w = {"input": result.w_in, "output": result.w_out}.get(matrix)
+    oov = oov_model(to_dict(cfg), result.words, result.w_in)
+    w_in = oov.word_vectors() if oov is not None else result.w_in
+    w = {"input": w_in, "output": result.w_out}.get(matrix)
     if w is None:
-        w = result.w_in + result.w_out
-    return WordVectors(result.words, w, counts, path=cfg.out, run_dir=cfg.out, matrix=matrix, result=result)
+        w = w_in + result.w_out
+    return WordVectors(result.words, w, counts, path=cfg.out, run_dir=cfg.out, matrix=matrix, result=result,
+                       oov=oov)
 
 
 def _corpus_counts(path: str, n_words: int):

@@ -27,8 +27,9 @@ from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unre
 from .fsutil import atomic_path, reason
 
 FORMAT = "mpidwe-checkpoint"
-FORMAT_VERSION = 2          # 2: content_sha256 covers every dataset and attribute
-OLDER_VERSIONS = (1,)       # 1: only the parameters and the vocabulary were checksummed
+FORMAT_VERSION = 3          # 3: params/w_in may hold more rows than words (--subwords buckets)
+OLDER_VERSIONS = (1, 2)     # 1: only the parameters and the vocabulary were checksummed
+PLAIN_VERSION = 2           # what a checkpoint without extra input rows is still written as
 
 A_FORMAT = "format"
 A_VERSION = "format_version"
@@ -101,6 +102,7 @@ class Checkpoint:
     created: str = ""
     tool_version: str = ""
     complete: bool = False
+    content: str = ""              # the file's content_sha256 (files that carry one)
 
     # the parts readers use most, without reaching through ``state``
     @property
@@ -186,7 +188,8 @@ def _write_hdf5(tmp: str, ckpt: Checkpoint) -> list[tuple[int, int]]:
     out (the parameter and content checksums cover them when the file is read)."""
     with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
         f.attrs[A_FORMAT] = FORMAT
-        f.attrs[A_VERSION] = FORMAT_VERSION
+        # version 3 only where a version-2 reader would misread the file (extra input rows)
+        f.attrs[A_VERSION] = FORMAT_VERSION if len(ckpt.w_in) != len(ckpt.words) else PLAIN_VERSION
         f.attrs[A_TOOL_VERSION] = __version__
         f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
         f.attrs[A_CONFIG] = json.dumps(ckpt.config, sort_keys=True)
@@ -250,7 +253,7 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
                 config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
                 corpus_path=_str(f.attrs[A_CORPUS_PATH]), path=path,
                 created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
-                complete=bool(f.attrs.get(A_COMPLETE, False)))
+                complete=bool(f.attrs.get(A_COMPLETE, False)), content=_str(f.attrs.get(A_CONTENT, "")))
     except InputError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:

@@ -255,7 +255,7 @@ FOREIGN_OPTIONS = {
         "corpus_file": "--corpus (a corpus made by python -m mpidwe.preprocess TEXT)",
         "output": "--out (the run directory; vectors.txt is written there)",
         "binary": "python -m mpidwe.inspect RUN_DIR export --format word2vec-binary -o FILE after training",
-        "hs": "--negative (mpidwe trains with negative sampling)",
+        "hs": "--loss hs (hierarchical softmax; --loss ns is negative sampling)",
     },
     "preprocess": {
         "min_count": "--min-count", "mincount": "--min-count", "max_vocab_size": "--max-vocab",
@@ -337,10 +337,19 @@ class TrainConfig:
     dim: int = opt(100, "embedding dimension")
     window: int = opt(5, "maximum window radius (word2vec shrinks it at random per word)")
     negative: int = opt(5, "negative samples per positive example")
+    loss: str = opt("ns", "output layer: ns (negative sampling) or hs (word2vec's hierarchical softmax over a "
+                    "Huffman tree of the corpus counts; the tree's V-1 inner nodes are the output rows, "
+                    "--negative is ignored)", choices=["ns", "hs"])
     sample: float = opt(1e-4, "subsampling threshold for frequent words (0 disables)")
     lr: float = opt(0.025, "starting learning rate (word2vec uses 0.025 for skip-gram, 0.05 for cbow)")
     min_lr_ratio: float = opt(1e-4, "final learning rate as a fraction of --lr")
     epochs: int = opt(5, "passes over the corpus (5, as gensim, word2vec and fastText)")
+    subwords: bool = opt(False, "fastText's subword model: a word's input vector is the mean of its own row and "
+                         "the rows of its hashed character n-grams (of <word>), so a word outside the "
+                         "vocabulary gets a vector from its n-grams (numba kernel only)")
+    minn: int = opt(3, "--subwords: shortest character n-gram (fastText -minn)")
+    maxn: int = opt(6, "--subwords: longest character n-gram (fastText -maxn)")
+    buckets: int = opt(2_000_000, "--subwords: hash buckets, i.e. n-gram rows of the input matrix (fastText -bucket)")
     seed: int = opt(1, "random seed (initialisation, subsampling, windows, negatives)")
     sync: str = opt("sparse", "what travels when ranks combine: sparse (only rows some rank touched), "
                     "dense (all-reduce of the whole matrices) or average (whole matrices, classic model "
@@ -439,6 +448,11 @@ class TrainConfig:
         _check(self.negative <= MAX_NEGATIVE, f"--negative must be <= {MAX_NEGATIVE}, got {self.negative} "
                f"(word2vec uses 5-20)")
         _check(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
+        _check(1 <= self.minn <= self.maxn <= 32, f"--minn and --maxn must satisfy 1 <= minn <= maxn <= 32, "
+               f"got {self.minn} and {self.maxn}")
+        _check(1 <= self.buckets <= 100_000_000, f"--buckets must be in [1, 100,000,000], got {self.buckets}")
+        _check(not (self.subwords and self.kernel == "torch"), "--subwords runs on the numba kernel only "
+               "(--kernel numba or auto on a CPU)")
         _check(bool(self.out), "--out must not be empty")
         _positive("follow_poll", self.follow_poll)
         _positive("follow_settle", self.follow_settle, allow_zero=True)

@@ -114,7 +114,8 @@ def summary(ck) -> dict:
     p = ck.progress
     last = ck.metrics[-1] if ck.metrics else {}
     return {
-        "path": ck.path, "format_version": checkpoint.FORMAT_VERSION, "tool_version": ck.tool_version,
+        "path": ck.path,
+        "format_version": checkpoint.FORMAT_VERSION if len(ck.w_in) != len(ck.words) else checkpoint.PLAIN_VERSION, "tool_version": ck.tool_version,
         "created_utc": ck.created, "checksum": "ok", "complete": ck.complete,
         "corpus": ck.corpus_path, "corpus_id": ck.corpus_id, "vocab_size": len(ck.words),
         "dim": int(ck.w_in.shape[1]),
@@ -161,18 +162,28 @@ def print_vectors_summary(s: dict) -> None:
 
 
 # -------------------------------------------------------------------- queries
+NO_OOV = ("these vectors have no model for words outside the vocabulary (train with --subwords, or "
+          "fit a character generator to a checkpoint with python -m mpidwe.chargen RUN_DIR)")
+
+
+def unknown(vecs: WordVectors, words) -> list[str]:
+    """The words that cannot be answered: outside the vocabulary, when there is no OOV model."""
+    return [] if vecs.oov is not None else [w for w in words if w not in vecs]
+
+
 def neighbors(vecs: WordVectors, word: str, k: int) -> list[tuple[str, float]]:
-    """The ``k`` nearest words of ``word`` by cosine, itself excluded."""
-    if word not in vecs:
-        raise InputError(f"word not in vocabulary: {word!r}")
+    """The ``k`` nearest words of ``word`` by cosine, itself excluded; a word outside the
+    vocabulary gets its vector from the checkpoint's OOV model (subword n-grams)."""
+    if unknown(vecs, [word]):
+        raise InputError(f"word not in vocabulary: {word!r}; {NO_OOV}")
     return vecs.most_similar(positive=[word], topn=k)
 
 
 def analogy(vecs: WordVectors, a: str, b: str, c: str, k: int) -> list[tuple[str, float]]:
     """a:b :: c:? by 3CosAdd (gensim's most_similar(positive=[b, c], negative=[a]))."""
-    missing = [w for w in (a, b, c) if w not in vecs]
+    missing = unknown(vecs, (a, b, c))
     if missing:
-        raise InputError(f"not in vocabulary: {', '.join(missing)}")
+        raise InputError(f"not in vocabulary: {', '.join(missing)}; {NO_OOV}")
     return vecs.most_similar(positive=[b, c], negative=[a], topn=k)
 
 
@@ -236,20 +247,20 @@ def query_command(a, vecs: WordVectors) -> int:
     """neighbors, analogy and vectors: one query from the arguments, or a batch from stdin."""
     if a.command == "vectors":
         def answer(word):
-            if word not in vecs:
-                raise InputError(f"word not in vocabulary: {word!r}")
-            return vecs[word]
+            if unknown(vecs, [word]):
+                raise InputError(f"word not in vocabulary: {word!r}; {NO_OOV}")
+            return vecs.vector(word)
 
         def show(word, vector):
             print(json.dumps({"word": word, "vector": vector.tolist()}) if a.json else format_vector(word, vector))
 
         if not a.words or a.words == [STDIN]:
             return batch(stdin_words(_stdin()), answer, show)
-        missing = [w for w in a.words if w not in vecs]
+        missing = unknown(vecs, a.words)
         if missing:  # words given as arguments: all must be known, as in analogy
-            raise InputError(f"not in vocabulary: {', '.join(missing)}")
+            raise InputError(f"not in vocabulary: {', '.join(missing)}; {NO_OOV}")
         for word in a.words:
-            show(word, vecs[word])
+            show(word, vecs.vector(word))
         return 0
 
     if a.k < 1:

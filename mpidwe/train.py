@@ -33,6 +33,8 @@ from .fsutil import DirLock, atomic_write, reason, remove_leftovers
 from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
 from .balance import EpochStream, SpeedWeights, split_points
 from .guard import DivergenceGuard
+from .huffman import build_tree
+from .subwords import build_table
 from .progress import ProgressLog, bar_wanted, setup_cli_logging
 from .sync import Synchronizer, lr_scale
 from .vocab import keep_probabilities, negative_table
@@ -49,11 +51,14 @@ class TrainingDiverged(MpidweError):
 
 
 # ------------------------------------------------------------------ pure helpers
-def init_params(vocab_size: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def init_params(vocab_size: int, dim: int, seed: int, input_rows: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """word2vec initialisation: input uniform in [-0.5/dim, 0.5/dim), output zeros. The same
-    seed gives the same matrices on every rank, so no broadcast is needed."""
+    seed gives the same matrices on every rank, so no broadcast is needed. ``input_rows``:
+    rows of the input matrix when it holds more than the words (--subwords: n-gram buckets)."""
     rng = np.random.default_rng(seed)
-    w_in = ((rng.random((vocab_size, dim), dtype=np.float32) - 0.5) / dim).astype(np.float32)
+    rows = vocab_size if input_rows is None else input_rows
+    w_in = ((rng.random((rows, dim), dtype=np.float32) - 0.5) / dim).astype(np.float32)
     return np.ascontiguousarray(w_in), np.zeros((vocab_size, dim), dtype=np.float32)
 
 
@@ -162,6 +167,11 @@ class Backend:
 
     def train(self, tokens, starts, keep, table, rng_state, **kw):
         w_in, w_out, t_in, t_out = self.arrays
+        if kw.get("hs") is not None and self.kind == "torch":     # HS has its own torch module
+            from .kernels.torch_hs import train_block as train_hs
+
+            return train_hs(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
+                            touched_out=t_out, **kw)
         return self._train(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
                            touched_out=t_out, **kw)
 
@@ -393,8 +403,9 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 # (replan), which continues the run but is not bit-identical to an uninterrupted one.
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
                      "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
-                     "segments")
-RESUME_DEFAULTS = {"segments": "all"}    # what checkpoints written before the option existed ran with
+                     "segments", "loss", "subwords", "minn", "maxn", "buckets")
+# what a checkpoint written before an option existed ran with
+RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000}
 
 
 def needs_replan(progress: checkpoint.Progress, plan: "Plan", world: int) -> bool:
@@ -551,8 +562,13 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
     return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved)
 
 
+def input_rows(cfg: TrainConfig, vocab_size: int) -> int:
+    """Rows of the input matrix: the words, then (--subwords) the n-gram buckets."""
+    return vocab_size + (cfg.buckets if cfg.subwords else 0)
+
+
 def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, vocab_size: int) -> checkpoint.TrainingState:
-    w_in, w_out = init_params(vocab_size, cfg.dim, cfg.seed)
+    w_in, w_out = init_params(vocab_size, cfg.dim, cfg.seed, input_rows(cfg, vocab_size))
     rngs = np.stack([rng_seeds(cfg.seed, r, plan.threads) for r in range(comm.size)])
     progress = checkpoint.Progress(round=0, rounds=plan.rounds, words_done=0, words_total=plan.words_total,
                                    world_size=comm.size, positions=[0] * comm.size, lr=cfg.lr)
@@ -598,7 +614,12 @@ def warm_start(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, state: 
         if len(new_ids) == 0:
             raise InputError(f"--init-from {ck.path}: it shares no word with {corpus.path}")
         state.w_in[new_ids] = ck.w_in[old_ids]
-        state.w_out[new_ids] = ck.w_out[old_ids]
+        if cfg.loss == "ns" and ck.config.get("loss", "ns") == "ns":   # HS output rows are tree nodes
+            state.w_out[new_ids] = ck.w_out[old_ids]
+        same_buckets = all(ck.config.get(k, RESUME_DEFAULTS[k]) == getattr(cfg, k)
+                           for k in ("subwords", "minn", "maxn", "buckets"))
+        if cfg.subwords and same_buckets:          # the n-gram rows mean the same in both runs
+            state.w_in[corpus.n_words:] = ck.w_in[len(ck.words):]
         info = {"path": ck.path, "corpus_id": ck.corpus_id, "words_done": ck.progress.words_done,
                 "rows_carried": int(len(new_ids)), "rows_new": int(corpus.n_words - len(new_ids))}
         if log:
@@ -648,7 +669,7 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log
         return None, None
     record = header.pop("replan")
     shape = (corpus.n_words, cfg.dim)
-    w_in = ck.w_in if comm.is_root else np.empty(shape, np.float32)
+    w_in = ck.w_in if comm.is_root else np.empty((input_rows(cfg, corpus.n_words), cfg.dim), np.float32)
     w_out = ck.w_out if comm.is_root else np.empty(shape, np.float32)
     comm.bcast_array_(w_in)
     comm.bcast_array_(w_out)
@@ -769,7 +790,13 @@ class Trainer:
         self.shared_negatives = cfg.shared_negatives and cfg.model == "skipgram"
         self.keep = keep_probabilities(corpus.counts, cfg.sample).astype(np.float32)
         self.table = negative_table(corpus.counts)
-        self.touched = [np.zeros(v, dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
+        # hierarchical softmax: the Huffman tree of the counts, rebuilt on every rank at every start
+        self.loss_kw = {"hs": build_tree(corpus.counts).tables()} if cfg.loss == "hs" else {}
+        # --subwords: every word's input rows (its own, then its n-grams'), rebuilt from the words
+        self.subwords = build_table(self.words, cfg.minn, cfg.maxn, cfg.buckets) if cfg.subwords else None
+        if self.subwords is not None:
+            self.loss_kw["subwords"] = (self.subwords.ptr, self.subwords.ids)
+        self.touched = [np.zeros(len(state.w_in), dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
         self.syncer = Synchronizer(comm, [state.w_in, state.w_out], mode=cfg.sync, scale=plan.scale,
                                    allreduce=cfg.allreduce)
         self.balanced = cfg.balance == "speed"
@@ -816,7 +843,7 @@ class Trainer:
                 negative=cfg.negative, lr0=self.local_lr, lr_min=self.local_lr * cfg.min_lr_ratio,
                 words_done=p.words_done + scale * words, words_scale=scale,
                 words_total=self.plan.words_total, threads=self.plan.threads,
-                shared_negatives=self.shared_negatives)
+                shared_negatives=self.shared_negatives, **self.loss_kw)
             words += n_words
             self.local_words += n_words
             loss += l
@@ -967,8 +994,14 @@ class Trainer:
             "sync_bytes": [int(r[5]) for r in per_rank],
         }
         if due_eval:
-            record["eval"] = self.evaluator(self.state.w_in)
+            record["eval"] = self.evaluator(self.word_vectors())
         return record
+
+    def word_vectors(self) -> np.ndarray:
+        """The words' vectors: the input rows, or (--subwords) the mean of each word's rows."""
+        if self.subwords is None:
+            return self.state.w_in
+        return self.subwords.word_vectors(self.state.w_in)
 
     def save_checkpoint(self, complete: bool) -> str | None:
         """Gather every rank's RNG state and position into the state; rank 0 writes it."""
@@ -1002,7 +1035,7 @@ class Trainer:
     def export(self, ckpt_path: str | None) -> None:
         vectors = os.path.join(self.cfg.out, "vectors.txt")
         try:
-            write_word2vec(vectors, self.words, self.state.w_in, binary=False)
+            write_word2vec(vectors, self.words, self.word_vectors(), binary=False)
         except (OSError, InputError) as e:   # the model is safe in the checkpoint: say how to get it
             why = reason(e) if isinstance(e, OSError) else str(e)
             raise InputError(f"training finished and {ckpt_path} holds the model, but writing the vectors "

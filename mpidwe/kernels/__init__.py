@@ -12,7 +12,7 @@ All three have the same entry point::
         w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
         model="skipgram" | "cbow", window, negative, lr0, lr_min,
         words_done, words_scale, words_total, touched_in, touched_out,
-        threads=1, shared_negatives=False)
+        threads=1, shared_negatives=False, hs=None)
 
 Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_kernel):
 
@@ -45,6 +45,22 @@ Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_
 * ``shared_negatives`` (skipgram only): one draw of negatives per centre word serves all
   its contexts and the window's gradients are computed from the rows as they were before
   it (Intel pWord2Vec). Faster; a different random stream than the default.
+
+* ``hs``: None for negative sampling, or the Huffman tree ``(codes, points, lengths)`` of
+  ``mpidwe.huffman.build_tree(counts).tables()`` for hierarchical softmax (word2vec's
+  ``-hs 1 -negative 0``): the centre's path from the root replaces the positive and noise
+  words (``negative`` is ignored, nothing is drawn), inner node ``n`` is ``w_out[n]``, and
+  a node scored beyond +-6 is skipped as word2vec.c and gensim do. ``shared_negatives``
+  then means: all contexts of a centre share its path, gradients from the rows before the
+  window (no random difference, only the order of the updates). The torch kernel has it in
+  ``kernels/torch_hs.py``.
+
+* ``subwords``: None, or fastText's input layer ``(ptr, ids)`` from
+  ``mpidwe.subwords.build_table(words, minn, maxn, buckets)``: word w's input is the mean
+  of rows ``ids[ptr[w]:ptr[w+1]]`` of ``w_in`` (its own row, then its n-gram buckets, so
+  ``w_in`` has V + buckets rows and ``touched_in`` as many), and every one of those rows
+  receives the whole change of that mean. The random draws do not change. numba and
+  reference kernels only.
 
 Returns ``loss_sum`` (sum of -log sigma(pos) - sum log sigma(-neg), from the same table
 lookups as the gradient), ``n_examples`` (skip-gram pairs, or CBOW centres), and

@@ -24,7 +24,8 @@ LCG_INCREMENT = 11
 #   1. subsampling: one uniform per token whose keep probability is < 1, in token order;
 #   2. per kept position, in order: one `below(window)` for the shrunk window, then
 #      skip-gram: per context (left to right) `negative` noise draws;
-#      shared negatives / CBOW: `negative` noise draws once, only if the window has a context.
+#      shared negatives / CBOW: `negative` noise draws once, only if the window has a context;
+#      hierarchical softmax (``hs``): no noise draws at all (the centre's Huffman path instead).
 
 # word2vec's sigmoid table: 1000 bins on [-6, 6); scores beyond +-6 get the saturated
 # gradient (label - 1 or label - 0) exactly like word2vec.c.
@@ -64,7 +65,7 @@ def split_sentences(sent_starts: np.ndarray, n_tokens: int, threads: int) -> np.
 
 def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, *, model, window, negative, words_total, threads,
-                shared_negatives=False, is_numpy=True) -> None:
+                shared_negatives=False, is_numpy=True, subwords=None) -> None:
     """Refuse arguments that would make a lock-free kernel write out of bounds or silently
     train on copies; cheap next to training (one pass over the block's ids)."""
     if model not in MODELS:
@@ -76,13 +77,18 @@ def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
                          f"(got {window}, {negative}, {threads})")
     if words_total <= 0:
         raise ValueError(f"words_total must be > 0, got {words_total}")
-    vocab, dim = w_in.shape
-    if tuple(w_out.shape) != (vocab, dim):
-        raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {(vocab, dim)}")
+    vocab, dim = w_out.shape
+    rows_in = w_in.shape[0]
+    if subwords is None and tuple(w_in.shape) != (vocab, dim):
+        raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {tuple(w_in.shape)}")
+    if subwords is not None:
+        check_subwords(subwords, vocab, rows_in)
+        if w_in.shape[1] != dim:
+            raise ValueError(f"w_in has {w_in.shape[1]} columns, w_out {dim}")
     if len(rng_state) < threads:
         raise ValueError(f"rng_state has {len(rng_state)} entries for {threads} threads")
     for name, arr, n in (("keep_prob", keep_prob, vocab), ("neg_table", neg_table, vocab),
-                         ("touched_in", touched_in, vocab), ("touched_out", touched_out, vocab)):
+                         ("touched_in", touched_in, rows_in), ("touched_out", touched_out, vocab)):
         if len(arr) != n:
             raise ValueError(f"{name} has {len(arr)} rows for a vocabulary of {n}")
     if is_numpy:
@@ -98,6 +104,39 @@ def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
         raise ValueError("tokens given without sent_starts")
     if n and isinstance(tokens, np.ndarray) and (tokens.min() < 0 or tokens.max() >= vocab):
         raise ValueError(f"token ids must be in [0, {vocab})")
+
+
+def check_subwords(subwords, vocab: int, rows_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' ``subwords`` argument, (ptr int64 [V + 1], ids int32) from
+    mpidwe.subwords.build_table: word w's input rows are ids[ptr[w]:ptr[w + 1]]."""
+    ptr, ids = subwords
+    if not (isinstance(ptr, np.ndarray) and ptr.dtype == np.int64 and isinstance(ids, np.ndarray)
+            and ids.dtype == np.int32 and ptr.ndim == ids.ndim == 1):
+        raise TypeError("subwords must be (ptr int64 [V + 1], ids int32) numpy arrays")
+    if len(ptr) != vocab + 1 or ptr[0] != 0 or ptr[-1] != len(ids) or np.any(np.diff(ptr) < 1):
+        raise ValueError(f"subwords ptr must hold {vocab + 1} increasing offsets into ids, every word "
+                         f"with at least one row")
+    if len(ids) and (ids.min() < 0 or ids.max() >= rows_in):
+        raise ValueError(f"subword rows must be in [0, {rows_in})")
+    return ptr, ids
+
+
+def check_hs(hs, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels' ``hs`` argument, (codes uint8 [V, L], points int32 [V, L], lengths int32
+    [V]) from mpidwe.huffman, checked so that no path can index outside the output matrix."""
+    codes, points, lengths = hs
+    for name, arr, dtype, ndim in (("codes", codes, np.uint8, 2), ("points", points, np.int32, 2),
+                                   ("lengths", lengths, np.int32, 1)):
+        if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != ndim:
+            raise TypeError(f"hs {name} must be a {ndim}-d numpy {np.dtype(dtype).name} array")
+        if len(arr) != vocab:
+            raise ValueError(f"hs {name} has {len(arr)} rows for a vocabulary of {vocab}")
+    if codes.shape != points.shape or not codes.flags.c_contiguous or not points.flags.c_contiguous:
+        raise ValueError("hs codes and points must be C-contiguous arrays of the same shape")
+    if vocab and (lengths.min() < 1 or lengths.max() > points.shape[1]
+                  or points.min() < 0 or points.max() > vocab - 2):
+        raise ValueError(f"hs paths must have 1..{points.shape[1]} nodes in [0, {vocab - 1})")
+    return codes, points, lengths
 
 
 _DTYPES = {"w_in": np.float32, "w_out": np.float32, "tokens": np.int32, "sent_starts": np.int64,

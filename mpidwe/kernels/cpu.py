@@ -28,12 +28,13 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP,
-                     SIGMOID_BIN_SCALE, check_block, sigmoid_tables, split_sentences)
+                     SIGMOID_BIN_SCALE, check_block, check_hs, sigmoid_tables, split_sentences)
 
 SIGMOID, LOSS = sigmoid_tables()
 
-# Kernel modes, a compile-time constant of the chunk function.
+# Kernel modes, a compile-time constant of the chunk function (HS: hierarchical softmax).
 SKIPGRAM, SKIPGRAM_SHARED, CBOW = 0, 1, 2
+SKIPGRAM_HS, SKIPGRAM_HS_SHARED, CBOW_HS = 3, 4, 5
 
 _A = np.uint64(LCG_MULTIPLIER)
 _C = np.uint64(LCG_INCREMENT)
@@ -232,6 +233,126 @@ def _cbow_center(w_in, w_out, contexts, n_ctx, center, negs, n_negs, lr, h, grad
     return loss
 
 
+# ------------------------------------------------------------------ hierarchical softmax
+@njit(inline="always")
+def _hs_gradient(score, label, lr, sigmoid, loss_table):
+    """(g, loss) for one inner node: as word2vec.c and gensim, a node scored beyond +-MAX_EXP
+    gets no update (g = 0); its loss is the linear asymptote."""
+    if score >= MAX_EXP:
+        return np.float32(0.0), (score if label == 0 else 0.0)
+    if score <= -MAX_EXP:
+        return np.float32(0.0), (-score if label == 1 else 0.0)
+    i = int((score + MAX_EXP) * SIGMOID_BIN_SCALE)
+    return np.float32((label - sigmoid[i]) * lr), np.float64(loss_table[label, i])
+
+
+@njit(inline="always")
+def _hs_path(h, w_out, codes, points, length, center, grad_h, lr, sigmoid, loss_table, dim):
+    """The centre's path from the root: at each inner node, score h . out_node towards
+    label 1 - code; grad_h collects the input gradient, out_node moves at once."""
+    loss = 0.0
+    for j in range(length):
+        out_row = w_out[points[center, j]]
+        score = np.float32(0.0)
+        for k in range(dim):
+            score += h[k] * out_row[k]
+        g, l_ = _hs_gradient(score, 1 - np.int64(codes[center, j]), lr, sigmoid, loss_table)
+        loss += l_
+        if g != 0.0:
+            for k in range(dim):
+                grad_h[k] += g * out_row[k]
+                out_row[k] += g * h[k]
+    return loss
+
+
+@njit(inline="always")
+def _mark_path(touched_out, points, length, center):
+    for j in range(length):
+        _mark(touched_out, points[center, j])
+
+
+@njit(inline="always")
+def _skipgram_pair_hs(w_in, w_out, context, center, codes, points, length, lr, grad_h,
+                      sigmoid, loss_table, dim):
+    """word2vec skip-gram with hierarchical softmax: the context's input row walks the
+    centre's path; the input row moves once, after the path."""
+    h = w_in[context]
+    for k in range(dim):
+        grad_h[k] = 0.0
+    loss = _hs_path(h, w_out, codes, points, length, center, grad_h, lr, sigmoid, loss_table, dim)
+    for k in range(dim):
+        h[k] += grad_h[k]
+    return loss
+
+
+@njit(inline="always")
+def _skipgram_window_hs(w_in, w_out, contexts, n_ctx, codes, points, length, center, lr,
+                        scores_g, grad_in, sigmoid, loss_table, touched_in, dim):
+    """All contexts of one centre share its path (as pWord2Vec shares negatives): the
+    [contexts x path] gradients come from the rows as they were before the window, then
+    in_i += sum_j G_ij out_j and out_j += sum_i G_ij in_i."""
+    loss = 0.0
+    for i in range(n_ctx):
+        h = w_in[contexts[i]]
+        for j in range(length):
+            o = w_out[points[center, j]]
+            score = np.float32(0.0)
+            for k in range(dim):
+                score += h[k] * o[k]
+            g, l_ = _hs_gradient(score, 1 - np.int64(codes[center, j]), lr, sigmoid, loss_table)
+            scores_g[i, j] = g
+            loss += l_
+    for i in range(n_ctx):
+        gi = grad_in[i]
+        for k in range(dim):
+            gi[k] = 0.0
+        for j in range(length):
+            g = scores_g[i, j]
+            if g != 0.0:
+                o = w_out[points[center, j]]
+                for k in range(dim):
+                    gi[k] += g * o[k]
+    for j in range(length):
+        o = w_out[points[center, j]]
+        for i in range(n_ctx):
+            g = scores_g[i, j]
+            if g != 0.0:
+                h = w_in[contexts[i]]
+                for k in range(dim):
+                    o[k] += g * h[k]
+    for i in range(n_ctx):
+        h = w_in[contexts[i]]
+        gi = grad_in[i]
+        for k in range(dim):
+            h[k] += gi[k]
+        _mark(touched_in, contexts[i])
+    return loss
+
+
+@njit(inline="always")
+def _cbow_center_hs(w_in, w_out, contexts, n_ctx, codes, points, length, center, lr, h, grad_h,
+                    sigmoid, loss_table, touched_in, dim):
+    """CBOW (cbow_mean=1) with hierarchical softmax: the mean context row walks the centre's
+    path; every context row then receives the whole gradient."""
+    for k in range(dim):
+        h[k] = 0.0
+        grad_h[k] = 0.0
+    for i in range(n_ctx):
+        row = w_in[contexts[i]]
+        for k in range(dim):
+            h[k] += row[k]
+    inv = np.float32(1.0) / np.float32(n_ctx)
+    for k in range(dim):
+        h[k] *= inv
+    loss = _hs_path(h, w_out, codes, points, length, center, grad_h, lr, sigmoid, loss_table, dim)
+    for i in range(n_ctx):
+        row = w_in[contexts[i]]
+        for k in range(dim):
+            row[k] += grad_h[k]
+        _mark(touched_in, contexts[i])
+    return loss
+
+
 # ------------------------------------------------------------------ the sentence loop
 @njit(inline="always")
 def _subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, raw_base):
@@ -266,8 +387,9 @@ def _refresh_lr(progress, tid, local_words, lr0, lr_min, words_done, words_scale
 def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_prob,
                  neg_table, rng_state, tid, progress, window, negative, lr0, lr_min,
                  words_done, words_scale, words_total, touched_in, touched_out,
-                 sigmoid, loss_table):
-    """Train sentences [s_lo, s_hi) of the block; returns (loss_sum, n_examples)."""
+                 sigmoid, loss_table, codes, points, lengths):
+    """Train sentences [s_lo, s_hi) of the block; returns (loss_sum, n_examples).
+    ``codes``/``points``/``lengths``: the Huffman tree (HS modes; dummies otherwise)."""
     mode = literally(mode)
     dim = literally(dim)
     n_tokens = tokens.shape[0]
@@ -282,7 +404,7 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
     negs = np.empty(negative + 1, np.int64)
     h = np.empty(dim, np.float32)
     grad_h = np.empty(dim, np.float32)
-    scores_g = np.empty((2 * window, negative + 1), np.float32)
+    scores_g = np.empty((2 * window, max(negative + 1, points.shape[1])), np.float32)
     grad_in = np.empty((2 * window, dim), np.float32)
 
     state = rng_state[tid]
@@ -305,7 +427,37 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
             reach = window - _below(state, window)        # word2vec's shrunk window
             lo = max(pos - reach, 0)
             hi = min(pos + reach, n - 1)
-            if mode == SKIPGRAM:
+            if mode == SKIPGRAM_HS:
+                length = lengths[center]
+                for c in range(lo, hi + 1):
+                    if c == pos:
+                        continue
+                    loss += _skipgram_pair_hs(w_in, w_out, kept[c], center, codes, points, length,
+                                              lr, grad_h, sigmoid, loss_table, dim)
+                    _mark(touched_in, kept[c])
+                    n_examples += 1
+                if hi > lo:
+                    _mark_path(touched_out, points, length, center)
+            elif mode == SKIPGRAM_HS_SHARED or mode == CBOW_HS:
+                n_ctx = 0
+                for c in range(lo, hi + 1):
+                    if c != pos:
+                        contexts[n_ctx] = kept[c]
+                        n_ctx += 1
+                if n_ctx == 0:
+                    continue
+                length = lengths[center]
+                if mode == SKIPGRAM_HS_SHARED:
+                    loss += _skipgram_window_hs(w_in, w_out, contexts, n_ctx, codes, points, length,
+                                                center, lr, scores_g, grad_in, sigmoid, loss_table,
+                                                touched_in, dim)
+                    n_examples += n_ctx
+                else:
+                    loss += _cbow_center_hs(w_in, w_out, contexts, n_ctx, codes, points, length,
+                                            center, lr, h, grad_h, sigmoid, loss_table, touched_in, dim)
+                    n_examples += 1
+                _mark_path(touched_out, points, length, center)
+            elif mode == SKIPGRAM:
                 for c in range(lo, hi + 1):
                     if c == pos:
                         continue
@@ -344,30 +496,184 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
     return loss, n_examples
 
 
+# ------------------------------------------------------------------ subwords (fastText)
+@njit(inline="always")
+def _gather(w_in, sub_ptr, sub_ids, word, hbuf, hold, i, dim):
+    """hbuf[i] = hold[i] = the mean of the word's input rows (its own and its n-grams')."""
+    h = hbuf[i]
+    for k in range(dim):
+        h[k] = 0.0
+    for p in range(sub_ptr[word], sub_ptr[word + 1]):
+        row = w_in[sub_ids[p]]
+        for k in range(dim):
+            h[k] += row[k]
+    inv = np.float32(1.0) / np.float32(sub_ptr[word + 1] - sub_ptr[word])
+    o = hold[i]
+    for k in range(dim):
+        h[k] *= inv
+        o[k] = h[k]
+
+
+@njit(inline="always")
+def _scatter(w_in, sub_ptr, sub_ids, word, hbuf, hold, i, touched_in, dim):
+    """Every row of the word receives the whole change of its mean (as fastText, whose rows
+    each get the full gradient of the hidden layer)."""
+    h = hbuf[i]
+    o = hold[i]
+    for k in range(dim):
+        h[k] -= o[k]
+    for p in range(sub_ptr[word], sub_ptr[word + 1]):
+        r = sub_ids[p]
+        row = w_in[r]
+        for k in range(dim):
+            row[k] += h[k]
+        _mark(touched_in, r)
+
+
+@njit(nogil=True, fastmath=True, cache=True)
+def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_prob,
+                     neg_table, rng_state, tid, progress, window, negative, lr0, lr_min,
+                     words_done, words_scale, words_total, touched_in, touched_out,
+                     sigmoid, loss_table, codes, points, lengths, sub_ptr, sub_ids):
+    """_train_chunk with subword inputs: each context's input is the mean of its rows
+    (word + hashed n-grams), gathered into a small buffer that the same update functions
+    train as if it were w_in; each buffer row's change then goes to all the word's rows.
+    The random draws are _train_chunk's, draw for draw."""
+    mode = literally(mode)
+    dim = literally(dim)
+    n_tokens = tokens.shape[0]
+    n_starts = sent_starts.shape[0]
+    longest = 0
+    for si in range(s_lo, s_hi):
+        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
+        longest = max(longest, end - sent_starts[si])
+    kept = np.empty(longest, np.int32)
+    raw_pos = np.empty(longest, np.int64)
+    contexts = np.empty(2 * window, np.int64)
+    local = np.arange(2 * window).astype(np.int64)
+    no_touch = np.zeros(2 * window, np.uint8)
+    hbuf = np.empty((2 * window, dim), np.float32)
+    hold = np.empty((2 * window, dim), np.float32)
+    negs = np.empty(negative + 1, np.int64)
+    h = np.empty(dim, np.float32)
+    grad_h = np.empty(dim, np.float32)
+    scores_g = np.empty((2 * window, max(negative + 1, points.shape[1])), np.float32)
+    grad_in = np.empty((2 * window, dim), np.float32)
+
+    state = rng_state[tid]
+    raw_done = 0
+    last_refresh = 0
+    lr = _refresh_lr(progress, tid, 0, lr0, lr_min, words_done, words_scale, words_total)
+    loss = 0.0
+    n_examples = 0
+    for si in range(s_lo, s_hi):
+        beg = sent_starts[si]
+        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
+        n, state = _subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, raw_done)
+        for pos in range(n):
+            if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
+                last_refresh = raw_pos[pos]
+                lr = _refresh_lr(progress, tid, last_refresh, lr0, lr_min, words_done,
+                                 words_scale, words_total)
+            center = kept[pos]
+            state = _lcg(state)
+            reach = window - _below(state, window)
+            lo = max(pos - reach, 0)
+            hi = min(pos + reach, n - 1)
+            length = lengths[center] if mode >= SKIPGRAM_HS else 0
+            if mode == SKIPGRAM or mode == SKIPGRAM_HS:
+                for c in range(lo, hi + 1):
+                    if c == pos:
+                        continue
+                    _gather(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, 0, dim)
+                    if mode == SKIPGRAM:
+                        state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                        loss += _skipgram_pair(hbuf, w_out, 0, center, negs, n_negs, lr, grad_h,
+                                               sigmoid, loss_table, touched_out, dim)
+                    else:
+                        loss += _skipgram_pair_hs(hbuf, w_out, 0, center, codes, points, length,
+                                                  lr, grad_h, sigmoid, loss_table, dim)
+                    _scatter(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, 0, touched_in, dim)
+                    n_examples += 1
+                if hi > lo:
+                    if mode == SKIPGRAM:
+                        _mark(touched_out, center)
+                    else:
+                        _mark_path(touched_out, points, length, center)
+                continue
+            n_ctx = 0
+            for c in range(lo, hi + 1):
+                if c != pos:
+                    contexts[n_ctx] = kept[c]
+                    _gather(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, n_ctx, dim)
+                    n_ctx += 1
+            if n_ctx == 0:
+                continue
+            if mode == SKIPGRAM_SHARED:
+                negs[0] = center
+                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs[1:], w_out)
+                loss += _skipgram_window_shared(hbuf, w_out, local, n_ctx, negs, n_negs + 1, lr,
+                                                scores_g, grad_in, sigmoid, loss_table, no_touch,
+                                                touched_out, dim)
+                n_examples += n_ctx
+            elif mode == CBOW:
+                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                loss += _cbow_center(hbuf, w_out, local, n_ctx, center, negs, n_negs, lr, h, grad_h,
+                                     sigmoid, loss_table, no_touch, touched_out, dim)
+                n_examples += 1
+            elif mode == SKIPGRAM_HS_SHARED:
+                loss += _skipgram_window_hs(hbuf, w_out, local, n_ctx, codes, points, length, center,
+                                            lr, scores_g, grad_in, sigmoid, loss_table, no_touch, dim)
+                _mark_path(touched_out, points, length, center)
+                n_examples += n_ctx
+            else:
+                loss += _cbow_center_hs(hbuf, w_out, local, n_ctx, codes, points, length, center, lr,
+                                        h, grad_h, sigmoid, loss_table, no_touch, dim)
+                _mark_path(touched_out, points, length, center)
+                n_examples += 1
+            for i in range(n_ctx):
+                _scatter(w_in, sub_ptr, sub_ids, contexts[i], hbuf, hold, i, touched_in, dim)
+        raw_done += end - beg
+    rng_state[tid] = state
+    progress[tid] = raw_done
+    return loss, n_examples
+
+
 # ------------------------------------------------------------------ the public entry point
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False):
+                threads=1, shared_negatives=False, hs=None, subwords=None):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
     See kernels/__init__.py for the arguments and the determinism contract."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=threads, shared_negatives=shared_negatives)
+                words_total=words_total, threads=threads, shared_negatives=shared_negatives,
+                subwords=subwords)
     n_tokens = len(tokens)
     if n_tokens == 0:
         return 0.0, 0, 0
-    mode = CBOW if model == "cbow" else (SKIPGRAM_SHARED if shared_negatives else SKIPGRAM)
+    if hs is not None:
+        codes, points, lengths = check_hs(hs, w_out.shape[0])
+        mode = CBOW_HS if model == "cbow" else (SKIPGRAM_HS_SHARED if shared_negatives else SKIPGRAM_HS)
+        negative = 0
+    else:
+        codes, points, lengths = _NO_TREE
+        mode = CBOW if model == "cbow" else (SKIPGRAM_SHARED if shared_negatives else SKIPGRAM)
     bounds = split_sentences(sent_starts, n_tokens, threads)
     progress = np.zeros(threads, dtype=np.int64)
     fixed = (window, negative, float(lr0), float(lr_min), float(words_done),
-             float(words_scale), float(words_total), touched_in, touched_out, SIGMOID, LOSS)
+             float(words_scale), float(words_total), touched_in, touched_out, SIGMOID, LOSS,
+             codes, points, lengths)
+
+    if subwords is not None:
+        fixed = fixed + tuple(subwords)
 
     def args(t):
         return (mode, w_in.shape[1], w_in, w_out, tokens, sent_starts, bounds[t], bounds[t + 1],
                 keep_prob, neg_table, rng_state, t, progress) + fixed
 
-    compiled = _compiled_chunk(args(0))
+    compiled = _compiled_chunk(args(0), sub=subwords is not None)
 
     def chunk(t):
         return compiled(*args(t))
@@ -382,17 +688,19 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
 
 
 _COMPILED = {}
+# the tree arguments of the negative-sampling modes (never read there)
+_NO_TREE = (np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.int32), np.zeros(1, np.int32))
 
 
-def _compiled_chunk(args):
+def _compiled_chunk(args, sub=False):
     """The machine code of _train_chunk for these argument types, with mode and dim as
     compile-time constants. Calling it directly skips numba's dispatcher, which would
     otherwise re-resolve the literal arguments (seconds) on every call."""
-    key = args[:2]    # check_block fixed every other argument's type
+    key = args[:2] + (sub,)    # check_block fixed every other argument's type
     compiled = _COMPILED.get(key)
     if compiled is None:
         argtypes = tuple(types.IntegerLiteral(a) if i < 2 else typeof(a) for i, a in enumerate(args))
-        compiled = _COMPILED[key] = _train_chunk.compile(argtypes)
+        compiled = _COMPILED[key] = (_train_chunk_sub if sub else _train_chunk).compile(argtypes)
     return compiled
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP,
-                     SIGMOID_BIN_SCALE, check_block, learning_rate, sigmoid_tables)
+                     SIGMOID_BIN_SCALE, check_block, check_hs, learning_rate, sigmoid_tables)
 
 SIGMOID, LOSS = sigmoid_tables()
 MASK64 = (1 << 64) - 1
@@ -119,16 +119,86 @@ def cbow_center(w_in, w_out, contexts, center, negs, lr) -> float:
     return loss
 
 
+def hs_gradient(score, label: int, lr: float) -> tuple[np.float32, float]:
+    """Hierarchical softmax: as gradient(), but a node beyond +-MAX_EXP gets no update."""
+    score = float(score)
+    if abs(score) >= MAX_EXP:
+        return np.float32(0.0), gradient(score, label, lr)[1]
+    return gradient(score, label, lr)
+
+
+def hs_path(h, w_out, path, grad_h, lr) -> float:
+    """Walk the centre's Huffman path [(node, code), ...]: label 1 - code at every node."""
+    loss = 0.0
+    for node, code in path:
+        out_row = w_out[node]
+        g, l_ = hs_gradient(np.dot(h, out_row), 1 - code, lr)
+        loss += l_
+        if g != 0.0:
+            grad_h += g * out_row
+            out_row += g * h
+    return loss
+
+
+def skipgram_pair_hs(w_in, w_out, context, path, lr) -> float:
+    h = w_in[context]
+    grad_h = np.zeros_like(h)
+    loss = hs_path(h, w_out, path, grad_h, lr)
+    h += grad_h
+    return loss
+
+
+def skipgram_window_hs(w_in, w_out, contexts, path, lr) -> float:
+    """The window's contexts share the centre's path; gradients from the rows before it."""
+    grads = np.zeros((len(contexts), len(path)), dtype=np.float32)
+    loss = 0.0
+    for i, c in enumerate(contexts):
+        for j, (node, code) in enumerate(path):
+            grads[i, j], l_ = hs_gradient(np.dot(w_in[c], w_out[node]), 1 - code, lr)
+            loss += l_
+    grad_in = [sum((grads[i, j] * w_out[node] for j, (node, _) in enumerate(path)),
+                   np.zeros(w_in.shape[1], np.float32)) for i in range(len(contexts))]
+    for j, (node, _) in enumerate(path):
+        for i, c in enumerate(contexts):
+            w_out[node] += grads[i, j] * w_in[c]
+    for i, c in enumerate(contexts):
+        w_in[c] += grad_in[i]
+    return loss
+
+
+def cbow_center_hs(w_in, w_out, contexts, path, lr) -> float:
+    h = np.zeros(w_in.shape[1], np.float32)
+    for c in contexts:
+        h += w_in[c]
+    h *= np.float32(1.0) / np.float32(len(contexts))
+    grad_h = np.zeros_like(h)
+    loss = hs_path(h, w_out, path, grad_h, lr)
+    for c in contexts:
+        w_in[c] += grad_h
+    return loss
+
+
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False):
+                threads=1, shared_negatives=False, hs=None, subwords=None):
     """Same arguments and results as kernels.cpu.train_block; one thread only."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=threads, shared_negatives=shared_negatives)
+                words_total=words_total, threads=threads, shared_negatives=shared_negatives,
+                subwords=subwords)
+    if subwords is not None:
+        return _train_subwords(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
+                               model=model, window=window, negative=negative, lr0=lr0, lr_min=lr_min,
+                               words_done=words_done, words_scale=words_scale, words_total=words_total,
+                               touched_in=touched_in, touched_out=touched_out,
+                               shared_negatives=shared_negatives, hs=hs, subwords=subwords)
     if threads != 1:
         raise ValueError("the reference kernel runs one thread")
+    if hs is not None:
+        codes, points, lengths = check_hs(hs, w_out.shape[0])
+        paths = [[(int(points[w, j]), int(codes[w, j])) for j in range(lengths[w])]
+                 for w in range(len(lengths))]
     rng = Lcg(rng_state[0])
     ends = list(sent_starts[1:]) + [len(tokens)]
     lr = learning_rate(lr0, lr_min, words_done, words_scale, 0, words_total)
@@ -143,6 +213,21 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
             around = range(max(pos - reach, 0), min(pos + reach, len(kept) - 1) + 1)
             contexts = [kept[c] for c in around if c != pos]
             if not contexts:
+                continue
+            if hs is not None:
+                path = paths[center]
+                if model == "cbow":
+                    loss += cbow_center_hs(w_in, w_out, contexts, path, lr)
+                    n_examples += 1
+                elif shared_negatives:
+                    loss += skipgram_window_hs(w_in, w_out, contexts, path, lr)
+                    n_examples += len(contexts)
+                else:
+                    for context in contexts:
+                        loss += skipgram_pair_hs(w_in, w_out, context, path, lr)
+                        n_examples += 1
+                touched_in[contexts] = 1
+                touched_out[[node for node, _ in path]] = 1
                 continue
             if model == "cbow":
                 negs = draw_negatives(rng, negative, center, neg_table)
@@ -162,6 +247,94 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
                 touched_out[negs] = 1
             touched_in[contexts] = 1
             touched_out[center] = 1
+        raw_done += end - beg
+    rng_state[0] = rng.state
+    return loss, n_examples, len(tokens)
+
+
+class SubwordInputs:
+    """fastText's input layer over a word2vec update: a word's input is the mean of its rows
+    (its own and its n-grams'); the update runs on a small matrix of such means, and every
+    row of a word then receives the whole change of its mean."""
+
+    def __init__(self, w_in, subwords, touched_in):
+        self.w_in, (self.ptr, self.ids), self.touched_in = w_in, subwords, touched_in
+
+    def rows(self, word):
+        return self.ids[self.ptr[word]:self.ptr[word + 1]]
+
+    def gather(self, words):
+        means = np.zeros((len(words), self.w_in.shape[1]), np.float32)
+        for i, w in enumerate(words):
+            for r in self.rows(w):
+                means[i] += self.w_in[r]
+            means[i] *= np.float32(1.0) / np.float32(len(self.rows(w)))
+        return means
+
+    def scatter(self, words, before, after):
+        for i, w in enumerate(words):
+            change = after[i] - before[i]
+            for r in self.rows(w):
+                self.w_in[r] += change
+                self.touched_in[r] = 1
+
+
+def _train_subwords(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *, model, window,
+                    negative, lr0, lr_min, words_done, words_scale, words_total, touched_in, touched_out,
+                    shared_negatives, hs, subwords):
+    """train_block with subword inputs (the same draws in the same order)."""
+    inputs = SubwordInputs(w_in, subwords, touched_in)
+    if hs is not None:
+        codes, points, lengths = check_hs(hs, w_out.shape[0])
+    rng = Lcg(rng_state[0])
+    ends = list(sent_starts[1:]) + [len(tokens)]
+    lr = learning_rate(lr0, lr_min, words_done, words_scale, 0, words_total)
+    last_refresh, raw_done, loss, n_examples = 0, 0, 0.0, 0
+    for beg, end in zip(sent_starts, ends):
+        kept, raw_pos = subsample(tokens[beg:end], keep_prob, rng, raw_done)
+        for pos, center in enumerate(kept):
+            if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
+                last_refresh = raw_pos[pos]
+                lr = learning_rate(lr0, lr_min, words_done, words_scale, last_refresh, words_total)
+            reach = window - rng.below(window)
+            around = range(max(pos - reach, 0), min(pos + reach, len(kept) - 1) + 1)
+            contexts = [kept[c] for c in around if c != pos]
+            if not contexts:
+                continue
+            path = ([(int(points[center, j]), int(codes[center, j])) for j in range(lengths[center])]
+                    if hs is not None else None)
+            if model == "skipgram" and not shared_negatives:
+                for context in contexts:
+                    before = inputs.gather([context])
+                    after = before.copy()
+                    if hs is not None:
+                        loss += skipgram_pair_hs(after, w_out, 0, path, lr)
+                    else:
+                        negs = draw_negatives(rng, negative, center, neg_table)
+                        loss += skipgram_pair(after, w_out, 0, center, negs, lr)
+                        touched_out[negs] = 1
+                    inputs.scatter([context], before, after)
+                    n_examples += 1
+            else:
+                before = inputs.gather(contexts)
+                after = before.copy()
+                local = list(range(len(contexts)))
+                if hs is not None:
+                    step = cbow_center_hs if model == "cbow" else skipgram_window_hs
+                    loss += step(after, w_out, local, path, lr)
+                else:
+                    negs = draw_negatives(rng, negative, center, neg_table)
+                    if model == "cbow":
+                        loss += cbow_center(after, w_out, local, center, negs, lr)
+                    else:
+                        loss += skipgram_window_shared(after, w_out, local, [center] + negs, lr)
+                    touched_out[negs] = 1
+                inputs.scatter(contexts, before, after)
+                n_examples += 1 if model == "cbow" else len(contexts)
+            if hs is not None:
+                touched_out[[node for node, _ in path]] = 1
+            else:
+                touched_out[center] = 1
         raw_done += end - beg
     rng_state[0] = rng.state
     return loss, n_examples, len(tokens)

@@ -1,0 +1,144 @@
+"""Hierarchical softmax end to end: the demo's answer key, every sync mode on 2 and 4 ranks
+(bit-identical ranks), exact resume, and refusals."""
+
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from mpidwe import checkpoint
+from mpidwe.comm import Comm
+from mpidwe.config import TrainConfig
+from mpidwe.train import run as train
+
+from conftest import ROOT, error_lines, make_demo_corpus, run_mpi
+from test_train import cluster_purity
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return make_demo_corpus(tmp_path_factory.mktemp("hsdemo"), tokens=300_000, seed=5)
+
+
+def small(demo, out, **kw):
+    base = dict(corpus=str(demo / "corpus.h5"), out=str(out), dim=32, epochs=2, threads=1, progress=False,
+                sync_every=50_000, loss="hs", sample=1e-3,
+                eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("model,shared,lr", [("skipgram", True, 0.025), ("skipgram", False, 0.025),
+                                             ("cbow", False, 0.05)])
+def test_hs_recovers_the_planted_answer_key(demo, tmp_path, model, shared, lr):
+    res = train(small(demo, tmp_path / "r", model=model, shared_negatives=shared, lr=lr), Comm.serial(), log=None)
+    ev = res.metrics[-1]["eval"]
+    assert ev["analogy:demo-analogies.txt"] > 0.9, ev
+    assert ev["sim:demo-similarity.tsv"] > 0.6, ev
+    assert cluster_purity(res.w_in, res.words, demo / "demo-clusters.tsv") > 0.8
+    # inner nodes are rows 0..V-2 of the output matrix: the last row stays at its zeros
+    assert not res.w_out[-1].any() and np.abs(res.w_out[:-1]).sum() > 0
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["loss"] == "hs"
+
+
+def test_hs_is_deterministic_and_differs_from_ns(demo, tmp_path):
+    a = train(small(demo, tmp_path / "a", epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    b = train(small(demo, tmp_path / "b", epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    assert np.array_equal(a.w_in, b.w_in) and np.array_equal(a.w_out, b.w_out)
+    ns = train(small(demo, tmp_path / "n", epochs=1, loss="ns", eval_sim=(), eval_analogy=()), Comm.serial(),
+               log=None)
+    assert not np.array_equal(a.w_in, ns.w_in)
+
+
+def test_hs_torch_kernel_learns_the_clusters(demo, tmp_path):
+    pytest.importorskip("torch")
+    res = train(small(demo, tmp_path / "t", kernel="torch", eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    assert cluster_purity(res.w_in, res.words, demo / "demo-clusters.tsv") > 0.8
+
+
+def digest(run_dir) -> str:
+    ck = checkpoint.load(checkpoint.list_checkpoints(os.path.join(run_dir, "checkpoints"))[-1])
+    assert ck.complete and ck.config["loss"] == "hs"
+    return hashlib.sha256(ck.w_in.tobytes() + ck.w_out.tobytes()).hexdigest()
+
+
+@pytest.mark.mpi
+def test_hs_ranks_stay_bit_identical_in_every_sync_mode(demo, tmp_path):
+    """check_train.py asserts that every rank ends with the same parameters; with 2 ranks the
+    three transports combine the same two terms, so they give the same bits."""
+    corpus = str(demo / "corpus.h5")
+    seen = {}
+    for ranks, sync in [(2, "sparse"), (2, "dense"), (2, "average"), (4, "sparse"), (4, "dense")]:
+        out = tmp_path / f"{sync}-{ranks}"
+        proc = run_mpi(ranks, ["tests/mpi/check_train.py", corpus, str(out), sync, "--dim", "16", "--loss", "hs",
+                               "--sync-every", "20000"], cwd=str(ROOT), timeout=300)
+        seen[(ranks, sync)] = proc.stdout.split("params ")[1].split()[0]
+        assert seen[(ranks, sync)] == digest(out)
+    assert seen[(2, "sparse")] == seen[(2, "dense")] == seen[(2, "average")]
+    assert seen[(4, "sparse")] != seen[(2, "sparse")]
+
+
+FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000", "--keep-checkpoints", "100",
+         "--loss", "hs", "--epochs", "2", "--checkpoint-every", "100000"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_hs_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks):
+    corpus = str(demo / "corpus.h5")
+    full, part = tmp_path / "full", tmp_path / "part"
+    run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(full), *FLAGS], timeout=300)
+    shutil.copytree(full, part)
+    for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
+        os.unlink(p)
+    proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(part), *FLAGS, "--resume", "auto"],
+                   timeout=300)
+    assert "resuming from" in proc.stdout
+    assert digest(part) == digest(full)
+    # a checkpoint of an HS run does not continue as negative sampling
+    ck = checkpoint.list_checkpoints(str(full / "checkpoints"))[0]
+    flags = [f for f in FLAGS if f not in ("--loss", "hs")]
+    proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "x"), *flags,
+                           "--resume", ck], check=False, timeout=60)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and "--loss is 'ns' but the checkpoint has 'hs'" in lines[0]
+
+
+def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path):
+    """Checkpoints written before --loss existed ran negative sampling."""
+    from mpidwe.train import RESUME_DEFAULTS, _check_resume
+
+    out = tmp_path / "old"
+    train(small(demo, out, loss="ns", epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    ck = checkpoint.latest_valid(str(out / "checkpoints"))
+    del ck.config["loss"]
+    assert RESUME_DEFAULTS["loss"] == "ns"
+    from mpidwe.corpus import Corpus
+
+    with Corpus(str(demo / "corpus.h5")) as c:
+        _check_resume(dict(ck.config, loss="ns"), ck, c, 1)
+        from mpidwe.errors import InputError
+
+        with pytest.raises(InputError, match="--loss is 'hs'"):
+            _check_resume(dict(ck.config, loss="hs"), ck, c, 1)
+
+
+def test_an_hs_run_is_inspected_and_exported_by_its_input_vectors(demo, tmp_path):
+    import mpidwe
+    from mpidwe.errors import InputError
+    from conftest import run_py
+
+    out = tmp_path / "r"
+    train(small(demo, out, epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    vecs = mpidwe.load(str(out))
+    assert len(vecs) > 100 and vecs.most_similar(vecs.words[5], topn=3)
+    with pytest.raises(InputError, match="hierarchical softmax"):
+        mpidwe.load(str(out), matrix="output")
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "export", "--matrix", "sum", "-o", str(tmp_path / "v.txt")])
+    assert proc.returncode == 2 and "hierarchical softmax" in proc.stderr and not (tmp_path / "v.txt").exists()
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "export", "-o", str(tmp_path / "v.txt")])
+    assert proc.returncode == 0 and (tmp_path / "v.txt").exists()
