@@ -140,7 +140,7 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
         n = duplicate_counts(ids, ok, batch, 2 * vocab)
         load = n * (layout.lr[:, None] * (0.25 * w_in.shape[1] / STABILITY))
     else:
-        load = 1.0 / duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps)
+        load = duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps).reciprocal_()
     in_load, out_load = load.split([layout.ok.shape[1], layout.target_ok.shape[1]], 1)
     adaptive = duplicate_steps is None
     loss = torch.zeros((), dtype=torch.float64, device=device)
@@ -273,12 +273,13 @@ def _batches(layout, in_load, out_load, *extra):
     return zip(*parts)
 
 
-def _scales(load_in, load_out, h, o, adaptive):
-    """The duplicate scales of a batch: 1 / max(1, load), the load times the mean squared
-    entry of the partner rows (so n lr sigma'(0) |partner|^2 / STABILITY) when adaptive."""
+def _divisors(load_in, load_out, h, o, adaptive):
+    """What a batch divides its duplicate updates by: max(1, load), the load times the mean
+    squared entry of the partner rows (so n lr sigma'(0) |partner|^2 / STABILITY) when
+    adaptive."""
     if adaptive:
         load_in, load_out = load_in * o.square().mean(), load_out * h.square().mean()
-    return load_in.clamp(min=1.0).reciprocal_(), load_out.clamp(min=1.0).reciprocal_()
+    return load_in.clamp(min=1.0), load_out.clamp(min=1.0)
 
 
 def _train_skipgram(w_in, w_out, layout, in_load, out_load, loss, adaptive):
@@ -290,14 +291,14 @@ def _train_skipgram(w_in, w_out, layout, in_load, out_load, loss, adaptive):
     for ctx, ctx_flat, tgt, tgt_flat, ok, tok, lr, l_in, l_out in _batches(layout, in_load, out_load):
         h = w_in[ctx]                                    # [B, M, D]
         o = w_out[tgt]                                   # [B, 1+K, D]
-        s_in, s_out = _scales(l_in, l_out, h, o, adaptive)
+        d_in, d_out = _divisors(l_in, l_out, h, o, adaptive)
         scores = torch.bmm(h, o.mT)                      # [B, M, 1+K]
         weight = ok * tok
         loss.add_(F.binary_cross_entropy_with_logits(scores, label.expand_as(scores), weight,
                                                      reduction="sum"))
         g = (label - scores.sigmoid_()).mul_(weight).mul_(lr)
-        grad_in = torch.bmm(g * s_in, o)
-        grad_out = torch.bmm((g * s_out).mT, h)
+        grad_in = torch.bmm(g / d_in, o)
+        grad_out = torch.bmm((g / d_out).mT, h)
         w_in.index_add_(0, ctx_flat, grad_in.view(-1, dim))
         w_out.index_add_(0, tgt_flat, grad_out.view(-1, dim))
 
@@ -312,12 +313,12 @@ def _train_cbow(w_in, w_out, layout, in_load, out_load, loss, adaptive):
             layout, in_load, out_load, mean):
         h = torch.bmm(mean_w, w_in[ctx])                 # [B, 1, D]
         o = w_out[tgt]                                   # [B, 1+K, D]
-        s_in, s_out = _scales(l_in, l_out, h, o, adaptive)
+        d_in, d_out = _divisors(l_in, l_out, h, o, adaptive)
         scores = torch.bmm(h, o.mT)                      # [B, 1, 1+K]
         loss.add_(F.binary_cross_entropy_with_logits(scores, label.expand_as(scores), tok,
                                                      reduction="sum"))
         g = (label - scores.sigmoid_()).mul_(tok).mul_(lr)
-        grad_in = torch.bmm(s_in * ok, torch.bmm(g, o))  # [B, M, D]: h's gradient per context
-        grad_out = torch.bmm((g * s_out).mT, h)
+        grad_in = torch.bmm(ok / d_in, torch.bmm(g, o))  # [B, M, D]: h's gradient per context
+        grad_out = torch.bmm((g / d_out).mT, h)
         w_in.index_add_(0, ctx_flat, grad_in.view(-1, dim))
         w_out.index_add_(0, tgt_flat, grad_out.view(-1, dim))
