@@ -18,9 +18,11 @@ counts and the roofline):
 * examples are trained ``batch_size`` centre words at a time from the same parameter
   snapshot, and the updates of a batch are summed with ``index_add_``. A row that a batch
   updates ``n`` times (a frequent word, a popular negative) has its summed update divided
-  by ``max(1, n / duplicate_steps)``: without that, large batches diverge (all ``n``
-  updates come from one snapshot). The counts are computed once per block (a sort), not
-  per batch.
+  by ``max(1, n lr sigma'(0) mean|partner row|^2 / STABILITY)`` (the partner rows' squared
+  norm measured per batch from the rows it gathered): all ``n`` updates come from one
+  snapshot, and without that large batches diverge (docs/benchmarks.md). The counts ``n``
+  are computed once per block (a sort). ``duplicate_steps=m`` gives a fixed divisor
+  ``max(1, n / m)`` instead, ``float('inf')`` none.
 
 Randomness comes from a ``torch.Generator`` seeded with ``rng_state[0]``; the seed of the
 next block is derived from it on the host (splitmix64), so a resumed run continues the same
@@ -50,7 +52,7 @@ MASK64 = (1 << 64) - 1
 # batches (launches), small enough to keep the update sums stable (docs/benchmarks.md).
 BATCH_SIZE = 16384
 # A row updated n times in one batch moves by the sum of its updates / max(1, n / this).
-DUPLICATE_STEPS = None
+DUPLICATE_STEPS = None      # None: the adaptive divisor below
 # The adaptive cap: a row's summed update is scaled so that lr x (its updates in the batch) x
 # sigma'(0) x (mean squared norm of the rows it pairs with) stays below this (see
 # duplicate_caps).
@@ -103,8 +105,8 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
                 threads=1, shared_negatives=False, batch_size=BATCH_SIZE,
                 duplicate_steps=DUPLICATE_STEPS, tables: DeviceTables | None = None):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
-    ``batch_size``: centre words per batch; ``duplicate_steps``: see the module docstring
-    (``float('inf')`` sums duplicate updates unscaled)."""
+    ``batch_size``: centre words per batch; ``duplicate_steps``: None (adaptive), a fixed
+    cap, or ``float('inf')`` (duplicate updates summed unscaled): see the module docstring."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
                 words_total=words_total, threads=1, shared_negatives=shared_negatives,
