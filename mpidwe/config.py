@@ -382,6 +382,10 @@ class TrainConfig:
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
                                  "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
                                  "gives word2vec's per-pair negatives; CBOW ignores it")
+    batch_size: int = opt(16384, "torch kernel: centre words (windows) trained per batch from one parameter "
+                          "snapshot; a row a batch updates n times has the sum of its updates divided "
+                          "by max(1, n lr sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); "
+                          "small corpora learn more per epoch at smaller batches")
     verify_corpus: bool = opt(True, "recompute the corpus id from the whole corpus before training (rank 0; "
                               "about 0.3 s per 16M tokens) and refuse a damaged file")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
@@ -430,7 +434,7 @@ class TrainConfig:
                f"--sync-every must be 0 (automatic) or >= {MIN_SYNC_EVERY:,} words, got {self.sync_every} "
                f"(each sync is a collective over every rank; shorter rounds are mostly overhead and "
                f"empty rounds)")
-        for name in ("dim", "window", "negative", "epochs", "block_tokens", "log_every"):
+        for name in ("dim", "window", "negative", "epochs", "block_tokens", "log_every", "batch_size"):
             _positive(name, getattr(self, name))
         for name in ("lr",):
             _positive(name, getattr(self, name))

@@ -185,6 +185,9 @@ class Synchronizer:
         self.base = [p.copy() for p in params] if comm.size > 1 else []
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
+        # per parameter, the rows the last sync changed (some rank touched them): what a
+        # caller holding a copy of the parameters elsewhere (mpidwe.device) must refresh
+        self.changed_rows: list[np.ndarray] = []
 
     def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> float:
         """Combine every rank's changes since the last sync into ``params`` (in place) and
@@ -192,6 +195,7 @@ class Synchronizer:
         times. Returns the largest |value| of the rows that changed (inf if any is NaN)."""
         t, c, b = time.perf_counter(), self.comm.stats.seconds, self.comm.stats.bytes_sent
         biggest = 0.0
+        self.changed_rows = []
         for i, (param, mask) in enumerate(zip(params, touched)):
             if self.comm.size > 1:
                 step = self._sparse if self.mode == "sparse" else self._dense
@@ -217,6 +221,7 @@ class Synchronizer:
         _gather_delta(param, base, rows, send_values)
         all_rows = self.comm.allgather_array(send_rows)
         all_values = self.comm.allgather_array(send_values)
+        self.changed_rows.append(np.unique(np.concatenate([all_rows[r, :counts[r]] for r in range(len(counts))])))
         return _apply_rows(base, param, all_rows, all_values, counts, self.scale, self._senders)
 
     def _dense(self, param, base, mask) -> float:
@@ -225,4 +230,5 @@ class Synchronizer:
         counts = mask.astype(np.int32)
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
+        self.changed_rows.append(np.flatnonzero(counts))
         return _apply_dense(base, param, delta, divisors, counts)

@@ -134,46 +134,42 @@ def resolve_device(cfg: TrainConfig, comm: Comm) -> str:
 
 class Backend:
     """Where the update kernel runs. ``numba`` trains the host arrays in place; ``torch``
-    trains a copy on the device (uploaded at the start of a round, downloaded before the
-    sync, which always combines host arrays)."""
+    trains parameters that stay on the device for the whole run (mpidwe.device): only the
+    rows a sync needs travel, and ``to_host`` copies them down for a checkpoint, an
+    evaluation or the export."""
 
-    def __init__(self, kind: str, device: str, w_in: np.ndarray, w_out: np.ndarray, touched: list[np.ndarray]):
+    def __init__(self, kind: str, device: str, w_in: np.ndarray, w_out: np.ndarray, touched: list[np.ndarray],
+                 batch_size: int | None = None):
         self.kind, self.device = kind, device
         self.host = (w_in, w_out, *touched)
         if kind == "numba":
             from .kernels import cpu
 
             self._train = cpu.train_block
-            self.arrays = self.host
+            self.resident = None
         else:
-            import torch
+            from .device import DeviceParams
 
-            from .kernels import torch_kernel
-
-            self._train = torch_kernel.train_block
-            self.arrays = tuple(torch.from_numpy(a).to(device) for a in self.host) if device != "cpu" else self.host
-
-    def begin_round(self) -> None:
-        if self.arrays is not self.host:
-            import torch
-
-            for dev, host in zip(self.arrays, self.host):
-                dev.copy_(torch.from_numpy(host))
-
-    def end_round(self) -> None:
-        if self.arrays is not self.host:
-            for dev, host in zip(self.arrays, self.host):
-                host[:] = dev.cpu().numpy()
+            self.resident = DeviceParams(device, w_in, w_out)
+            self.batch = {} if batch_size is None else {"batch_size": batch_size}
 
     def train(self, tokens, starts, keep, table, rng_state, **kw):
-        w_in, w_out, t_in, t_out = self.arrays
-        if kw.get("hs") is not None and self.kind == "torch":     # HS has its own torch module
-            from .kernels.torch_hs import train_block as train_hs
-
-            return train_hs(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
-                            touched_out=t_out, **kw)
+        if self.resident is not None:
+            return self.resident.train(tokens, starts, keep, table, rng_state, **self.batch, **kw)
+        w_in, w_out, t_in, t_out = self.host
         return self._train(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
                            touched_out=t_out, **kw)
+
+    def sync(self, syncer) -> float:
+        """The round's sync; returns the largest |value| of the rows that changed."""
+        if self.resident is not None:
+            return self.resident.sync(syncer)
+        return syncer.sync(list(self.host[:2]), list(self.host[2:]))
+
+    def to_host(self) -> None:
+        """The host arrays hold the trained parameters after this."""
+        if self.resident is not None:
+            self.resident.to_host()
 
 
 def resolve_kernel(cfg: TrainConfig, device: str) -> str:
@@ -808,7 +804,8 @@ class Trainer:
                                       start=state.progress.positions[comm.rank])
         self.round_end = 0            # --balance speed: the stream position this round ends at
         self.round_speed = 0.0        # this rank's words per compute second in the last round
-        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched)
+        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched,
+                               batch_size=cfg.batch_size)
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
         self.evaluator = comm.on_root(Evaluator, cfg, self.words, self._pip_reference(), broadcast=False)
         self.compute_s = 0.0
@@ -835,7 +832,6 @@ class Trainer:
         cfg, p = self.cfg, self.state.progress
         words, loss, examples = 0, 0.0, 0.0
         t = time.perf_counter()
-        self.backend.begin_round()
         pieces, scale = self.round_pieces(rnd)
         for tokens, starts in pieces:
             l, n_ex, n_words = self.backend.train(
@@ -850,7 +846,6 @@ class Trainer:
             examples += n_ex
             if bar is not None:
                 bar.update(n_words * self.comm.size)
-        self.backend.end_round()
         seconds = time.perf_counter() - t
         self.compute_s += seconds
         self.round_speed = words / seconds if words and seconds > 0 else 0.0
@@ -905,7 +900,7 @@ class Trainer:
         try:
             for rnd in range(p.round, plan.rounds):
                 words, loss, examples = self.train_round(rnd, bar)
-                max_abs = self.syncer.sync([state.w_in, state.w_out], self.touched)
+                max_abs = self.backend.sync(self.syncer)
                 due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
                                and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)
                 totals = RoundTotals.agree(comm, words, loss, examples, self.stop.requested, due_by_time,
@@ -947,6 +942,7 @@ class Trainer:
                 bar.close()
             metrics.close()
         seconds = time.perf_counter() - t_start
+        self.backend.to_host()
         self.finish(stopped, ckpt_path, p.words_done - words_at_start, seconds)
         return RunResult(state.w_in, state.w_out, self.words, state.history, seconds, p.words_done,
                          stopped, ckpt_path)
@@ -994,6 +990,7 @@ class Trainer:
             "sync_bytes": [int(r[5]) for r in per_rank],
         }
         if due_eval:
+            self.backend.to_host()
             record["eval"] = self.evaluator(self.word_vectors())
         return record
 
@@ -1005,6 +1002,7 @@ class Trainer:
 
     def save_checkpoint(self, complete: bool) -> str | None:
         """Gather every rank's RNG state and position into the state; rank 0 writes it."""
+        self.backend.to_host()
         gathered = self.comm.gather((self.rng.copy(), self.stream.consumed))
         state = self.state
         if self.comm.is_root:

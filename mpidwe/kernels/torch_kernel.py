@@ -1,185 +1,326 @@
 """SGNS / CBOW as batched tensor operations, for a GPU (runs on the CPU too, slowly).
 
-Same ``train_block`` as the other kernels (see kernels/__init__.py), with two differences:
+Same ``train_block`` as the other kernels (see kernels/__init__.py). It is written for a
+GPU's two costs, kernel launches and host synchronisation (docs/benchmarks.md has the
+counts and the roofline):
 
-* randomness comes from a ``torch.Generator`` seeded with ``rng_state[0]``; the next seed is
-  written back, so a resumed run continues the same stream, but the numbers differ from
-  the LCG kernels;
-* examples are trained ``batch_size`` at a time from the same parameter snapshot: the
-  gradients of a batch are summed with ``index_add_`` (a word seen twice in a batch gets
-  both updates). Keep the batch small next to the vocabulary; the learning rate follows
-  global progress batch by batch.
+* a block is laid out once, in fixed-shape tensors: every kept centre word is a row of
+  ``2 * window`` context slots (weight 0 where the shrunk window, the sentence or the block
+  has no word) and ``1 + negative`` output rows (the centre, then its negatives). No
+  boolean-mask indexing: subsampling compacts the kept words with a scatter, and the only
+  device-to-host reads of a block are its kept-word count and, at the end, its loss and
+  example count (one read each);
+* the learning rate of every centre is computed on the device from global progress
+  (refreshed every 10,000 raw words, as word2vec), and the loss is summed on the device;
+* ``shared_negatives=True`` (pWord2Vec / BlazingText): one draw of negatives per centre
+  serves its whole window, so a batch is a batched [contexts x (1 + negative)] matrix
+  product. ``False`` gives every (context, centre) pair its own negatives (word2vec);
+* examples are trained ``batch_size`` centre words at a time from the same parameter
+  snapshot, and the updates of a batch are summed with ``index_add_``. A row that a batch
+  updates ``n`` times (a frequent word, a popular negative) has its summed update divided
+  by ``max(1, n lr sigma'(0) mean|partner row|^2 / STABILITY)`` (the partner rows' squared
+  norm measured per batch from the rows it gathered): all ``n`` updates come from one
+  snapshot, and without that large batches diverge (docs/benchmarks.md). The counts ``n``
+  are computed once per block (a sort). ``duplicate_steps=m`` gives a fixed divisor
+  ``max(1, n / m)`` instead, ``float('inf')`` none.
+
+Randomness comes from a ``torch.Generator`` seeded with ``rng_state[0]``; the seed of the
+next block is derived from it on the host (splitmix64), so a resumed run continues the same
+stream without reading the device. The numbers differ from the LCG kernels.
 
 ``w_in``/``w_out`` may be torch tensors (on any device) or numpy arrays (CPU, shared, so the
-caller sees the updates); ``touched_in``/``touched_out`` likewise. ``threads`` is ignored:
-torch's own thread settings apply.
+caller sees the updates); ``touched_in``/``touched_out`` likewise. ``keep_prob``/``neg_table``
+may be given once as :class:`DeviceTables` (``tables=``) instead of being uploaded per
+block. ``threads`` is ignored: torch's own thread settings apply.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import check_block, learning_rate
+from .common import LR_REFRESH_WORDS, check_block
 
 SEED_MASK = (1 << 63) - 1
+MASK64 = (1 << 64) - 1
+
+# Centre words (windows) per batch: large enough that a block of 1M words is a few dozen
+# batches (launches), small enough to keep the update sums stable (docs/benchmarks.md).
+BATCH_SIZE = 16384
+# A row updated n times in one batch moves by the sum of its updates / max(1, n / this).
+DUPLICATE_STEPS = None      # None: the adaptive divisor below
+# The adaptive cap: a row's summed update is scaled so that lr x (its updates in the batch) x
+# sigma'(0) x (mean squared norm of the rows it pairs with) stays below this (see
+# duplicate_caps).
+STABILITY = 0.5
+
+
+def next_seed(seed: int) -> int:
+    """splitmix64: the seed of the next block's generator, computed on the host."""
+    z = (int(seed) + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+class DeviceTables:
+    """The keep probabilities and the negative-sampling alias table, on the device once."""
+
+    def __init__(self, keep_prob, neg_table, device):
+        self.device = torch.device(device)
+        self.keep = torch.as_tensor(np.asarray(keep_prob, dtype=np.float32)).to(self.device)
+        table = np.asarray(neg_table).astype(np.int64)
+        # bucket b keeps itself when a uniform < table[b, 0] / 2**32, else gives table[b, 1]
+        self.threshold = torch.as_tensor(table[:, 0] / 2.0**32).to(self.device)
+        self.alias = torch.as_tensor(table[:, 1]).to(self.device)
+
+    def draw_negatives(self, shape, gen):
+        bucket = torch.randint(0, len(self.alias), shape, generator=gen, device=self.device)
+        coin = torch.rand(shape, generator=gen, device=self.device, dtype=torch.float64)
+        return torch.where(coin < self.threshold[bucket], bucket, self.alias[bucket])
+
+
+@dataclass
+class Layout:
+    """One block's examples in batch order, every tensor with ``rows`` rows: a row is a
+    centre word (skip-gram with shared negatives, CBOW) or one (context, centre) pair
+    (skip-gram with per-pair negatives)."""
+
+    contexts: torch.Tensor     # [rows, M] int64 input rows (any valid id where ``ok`` is 0)
+    ok: torch.Tensor           # [rows, M] float32 1 where the slot holds a context
+    targets: torch.Tensor      # [rows, 1 + K] int64: the centre, then the negatives
+    target_ok: torch.Tensor    # [rows, 1 + K] float32 0 for a negative equal to the centre
+    lr: torch.Tensor           # [rows] float32 learning rate of the row's centre
+    n_examples: torch.Tensor   # 0-dim: skip-gram pairs, or CBOW centres with a context
+    batch_rows: int            # rows per batch
 
 
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, batch_size=4096):
-    """Train one block in place; returns (loss_sum, n_examples, words_processed)."""
+                threads=1, shared_negatives=False, batch_size=BATCH_SIZE,
+                duplicate_steps=DUPLICATE_STEPS, tables: DeviceTables | None = None):
+    """Train one block in place; returns (loss_sum, n_examples, words_processed).
+    ``batch_size``: centre words per batch; ``duplicate_steps``: None (adaptive), a fixed
+    cap, or ``float('inf')`` (duplicate updates summed unscaled): see the module docstring."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
                 words_total=words_total, threads=1, shared_negatives=shared_negatives,
                 is_numpy=False)
-    w_in, w_out = _tensor(w_in), _tensor(w_out)
-    touched_in, touched_out = _tensor(touched_in), _tensor(touched_out)
-    device = w_in.device
-    gen = torch.Generator(device=device).manual_seed(int(rng_state[0]) & SEED_MASK)
-    tokens = torch.as_tensor(np.asarray(tokens), device=device).long()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n_tokens = len(tokens)
     if n_tokens == 0:
         return 0.0, 0, 0
-    sampler = _AliasSampler(neg_table, device)
+    w_in, w_out = _tensor(w_in), _tensor(w_out)
+    touched_in, touched_out = _tensor(touched_in), _tensor(touched_out)
+    device = w_in.device
+    if tables is None:
+        tables = DeviceTables(keep_prob, neg_table, device)
+    seed = int(rng_state[0])
+    rng_state[0] = next_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed & SEED_MASK)
+    tokens = torch.as_tensor(np.asarray(tokens)).to(device).long()
+    starts = torch.as_tensor(np.asarray(sent_starts)).to(device)
 
-    kept, sentence, raw_pos = _subsample(tokens, sent_starts, keep_prob, gen)
-    reach = window - torch.randint(0, window, (len(kept),), generator=gen, device=device)
-    if model == "cbow":
-        center, contexts = _cbow_windows(kept, sentence, reach, window)
-        step = _cbow_step
+    kept, raw_pos, sentence = subsample(tokens, starts, tables.keep, gen)
+    if len(kept) == 0:
+        return 0.0, 0, n_tokens
+    lr = centre_learning_rates(raw_pos, lr0, lr_min, words_done, words_scale, words_total)
+    layout = lay_out(kept, sentence, lr, tables, gen, model=model, window=window,
+                     negative=negative, shared_negatives=shared_negatives, batch_size=batch_size)
+    vocab = w_in.shape[0]
+    # every slot of a row, input then output ids (output ids offset by V: one id space)
+    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
+    ok = torch.cat((layout.ok, layout.target_ok), 1)
+    batch = torch.div(torch.arange(len(layout.lr), device=device), layout.batch_rows, rounding_mode="floor")
+    if duplicate_steps is None:     # adaptive: n lr sigma'(0) |partner|^2 / STABILITY, per batch
+        n = duplicate_counts(ids, ok, batch, 2 * vocab)
+        load = n * (layout.lr[:, None] * (0.25 * w_in.shape[1] / STABILITY))
     else:
-        center, contexts = _skipgram_pairs(kept, sentence, reach, window)
-        step = _skipgram_step
-    progress = raw_pos[center]            # raw words done when an example is reached
-
-    loss_sum, n_examples = 0.0, len(center)
-    for lo in range(0, n_examples, batch_size):
-        hi = min(lo + batch_size, n_examples)
-        lr = learning_rate(lr0, lr_min, words_done, words_scale, int(progress[lo]), words_total)
-        centers = kept[center[lo:hi]]
-        negs = sampler.draw((hi - lo, negative), gen)
-        loss_sum += step(w_in, w_out, centers, contexts[lo:hi], negs, lr, touched_in, touched_out)
-    rng_state[0] = int(torch.randint(0, SEED_MASK, (1,), generator=gen, device=device))
-    return loss_sum, n_examples, n_tokens
+        load = duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps).reciprocal_()
+    in_load, out_load = load.split([layout.ok.shape[1], layout.target_ok.shape[1]], 1)
+    adaptive = duplicate_steps is None
+    loss = torch.zeros((), dtype=torch.float64, device=device)
+    train = _train_cbow if model == "cbow" else _train_skipgram
+    train(w_in, w_out, layout, in_load, out_load, loss, adaptive)
+    mark_touched((touched_in, touched_out), ids, ok)
+    loss_sum, n_examples = torch.stack((loss, layout.n_examples.to(loss.dtype))).tolist()
+    return loss_sum, int(n_examples), n_tokens
 
 
 def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
 
 
-class _AliasSampler:
-    """vocab.negative_table's alias table as tensors: bucket uniform, then a biased coin."""
-
-    def __init__(self, table, device):
-        table = torch.as_tensor(np.asarray(table).astype(np.int64), device=device)
-        self.keep = table[:, 0].double() / 2.0**32
-        self.alias = table[:, 1]
-
-    def draw(self, shape, gen):
-        bucket = torch.randint(0, len(self.alias), shape, generator=gen, device=self.alias.device)
-        coin = torch.rand(shape, generator=gen, device=self.alias.device, dtype=torch.float64)
-        return torch.where(coin < self.keep[bucket], bucket, self.alias[bucket])
-
-
-def _subsample(tokens, sent_starts, keep_prob, gen):
-    """Kept ids, their sentence numbers and raw offsets (word2vec's per-occurrence drop)."""
-    device = tokens.device
+# ------------------------------------------------------------------ laying out a block
+def subsample(tokens, starts, keep, gen):
+    """(kept ids, their raw offsets, their sentence numbers): word2vec's per-occurrence drop,
+    compacted with a scatter (a boolean-mask index would read its size on the host)."""
     n = len(tokens)
-    starts = torch.as_tensor(np.asarray(sent_starts), device=device).long()
-    lengths = torch.diff(starts, append=torch.tensor([n], device=device))
-    sentence = torch.repeat_interleave(torch.arange(len(starts), device=device), lengths)
-    keep = torch.as_tensor(np.asarray(keep_prob), device=device).float()[tokens]
-    mask = torch.rand(n, generator=gen, device=device) <= keep
-    raw_pos = torch.arange(n, device=device)[mask]
-    return tokens[mask], sentence[mask], raw_pos
+    device = tokens.device
+    marks = torch.zeros(n, dtype=torch.int64, device=device)
+    marks[starts] = 1
+    sentence = marks.cumsum_(0)
+    mask = torch.rand(n, generator=gen, device=device) <= keep[tokens]
+    slot = mask.cumsum(0)
+    n_kept = int(slot[-1])                   # the block's one early read
+    where = torch.where(mask, slot - 1, n)   # dropped words all go to the spare slot n
+    raw_pos = torch.empty(n + 1, dtype=torch.int64, device=device)
+    raw_pos.scatter_(0, where, torch.arange(n, device=device))
+    raw_pos = raw_pos[:n_kept]
+    return tokens[raw_pos], raw_pos, sentence[raw_pos]
 
 
-def _skipgram_pairs(kept, sentence, reach, window):
-    """(centre position, context id) for every pair inside a shrunk window and a sentence,
-    in corpus order of the centre (as word2vec visits them)."""
+def centre_learning_rates(raw_pos, lr0, lr_min, words_done, words_scale, words_total):
+    """max(lr_min, lr0 (1 - (words_done + scale * local) / total)), local = the raw words
+    of the block before the centre, rounded down to a multiple of 10,000 (word2vec)."""
+    step = lr0 * words_scale * LR_REFRESH_WORDS / words_total
+    first = lr0 * (1.0 - words_done / words_total)
+    refreshes = torch.div(raw_pos, LR_REFRESH_WORDS, rounding_mode="floor")
+    return (refreshes * -step + first).clamp_(min=lr_min).float()
+
+
+def lay_out(kept, sentence, lr, tables, gen, *, model, window, negative, shared_negatives,
+            batch_size) -> Layout:
+    """Every kept centre's window (``2 * window`` slots, shrunk at random as word2vec) and
+    output rows, in corpus order."""
     n = len(kept)
-    pos = torch.arange(n, device=kept.device)
-    centers, contexts = [], []
-    for offset in range(1, window + 1):
-        for sign in (-1, 1):
-            other = pos + sign * offset
-            inside = (other >= 0) & (other < n)
-            c, o = pos[inside], other[inside]
-            ok = (sentence[o] == sentence[c]) & (reach[c] >= offset)
-            centers.append(c[ok])
-            contexts.append(kept[o[ok]])
-    center, context = torch.cat(centers), torch.cat(contexts)
-    order = torch.sort(center, stable=True).indices
-    return center[order], context[order]
-
-
-def _cbow_windows(kept, sentence, reach, window):
-    """Per centre with at least one context: its position and a [2*window] row of context
-    ids, -1 where the window has no word."""
-    n = len(kept)
-    pos = torch.arange(n, device=kept.device)
-    offsets = torch.cat((torch.arange(-window, 0), torch.arange(1, window + 1))).to(kept.device)
-    other = pos[:, None] + offsets[None, :]
-    ok = (other >= 0) & (other < n) & (offsets.abs()[None, :] <= reach[:, None])
+    device = kept.device
+    reach = window - torch.randint(0, window, (n, 1), generator=gen, device=device)
+    offsets = _offsets(window, device)
+    other = torch.arange(n, device=device)[:, None] + offsets
     clamped = other.clamp(0, n - 1)
-    ok &= sentence[clamped] == sentence[:, None]
-    contexts = torch.where(ok, kept[clamped], torch.full_like(clamped, -1))
-    has = ok.any(dim=1)
-    return pos[has], contexts[has]
+    ok = (other == clamped) & (offsets.abs() <= reach) & (sentence[clamped] == sentence[:, None])
+    contexts = kept[clamped]
+    ok = ok.float()
+    m = 2 * window
+    if model == "skipgram" and not shared_negatives:
+        # one row per (centre, context slot): its own negatives
+        negs = tables.draw_negatives((n * m, negative), gen)
+        centres = kept.repeat_interleave(m, output_size=n * m)
+        return Layout(contexts.reshape(-1, 1), ok.reshape(-1, 1), *_targets(centres, negs),
+                      lr.repeat_interleave(m, output_size=n * m), ok.sum(), batch_size * m)
+    negs = tables.draw_negatives((n, negative), gen)
+    targets, target_ok = _targets(kept, negs)
+    if model == "cbow":
+        has = ok.amax(1)
+        target_ok = target_ok * has[:, None]    # no context: no example
+        return Layout(contexts, ok, targets, target_ok, lr, has.sum(), batch_size)
+    return Layout(contexts, ok, targets, target_ok, lr, ok.sum(), batch_size)
 
 
-def _scores_and_grads(h, outputs, negs_valid, lr):
-    """Scores of h against [positive, negatives] rows; g = (label - sigmoid) * lr, zero for
-    dropped negatives; loss = -log sigma(pos) - sum log sigma(-neg)."""
-    scores = torch.bmm(outputs, h.unsqueeze(2)).squeeze(2)           # [b, 1 + K]
-    labels = torch.zeros_like(scores)
-    labels[:, 0] = 1.0
-    valid = torch.cat((torch.ones_like(negs_valid[:, :1]), negs_valid), dim=1).to(scores.dtype)
-    g = (labels - torch.sigmoid(scores)) * lr * valid
-    loss = (F.softplus(-scores[:, 0]).sum() + (F.softplus(scores[:, 1:]) * valid[:, 1:]).sum())
-    return g, float(loss)
+@functools.lru_cache(maxsize=16)
+def _offsets(window, device):
+    return torch.cat((torch.arange(-window, 0), torch.arange(1, window + 1))).to(device)
 
 
-def _apply_outputs(w_out, targets, g, h, touched_out, valid):
-    """out_j += g_j h for every (example, target); duplicates add up."""
-    dim = w_out.shape[1]
-    w_out.index_add_(0, targets.reshape(-1), (g.unsqueeze(2) * h.unsqueeze(1)).reshape(-1, dim))
-    touched_out[targets[valid]] = 1
+@functools.lru_cache(maxsize=16)
+def _label(k1, device):
+    """Labels of the output rows: 1 for the centre, 0 for the negatives."""
+    return torch.cat((torch.ones(1, device=device), torch.zeros(k1 - 1, device=device)))
 
 
-def _skipgram_step(w_in, w_out, centers, contexts, negs, lr, touched_in, touched_out):
-    """A batch of word2vec skip-gram pairs: the context's input row predicts the centre."""
-    negs_valid = negs != centers[:, None]
-    targets = torch.cat((centers[:, None], negs), dim=1)
-    valid = torch.cat((torch.ones_like(negs_valid[:, :1]), negs_valid), dim=1)
-    h = w_in[contexts]
-    outputs = w_out[targets]
-    g, loss = _scores_and_grads(h, outputs, negs_valid, lr)
-    grad_h = torch.bmm(g.unsqueeze(1), outputs).squeeze(1)
-    _apply_outputs(w_out, targets, g, h, touched_out, valid)
-    w_in.index_add_(0, contexts, grad_h)
-    touched_in[contexts] = 1
-    return loss
+def _targets(centres, negs):
+    targets = torch.cat((centres[:, None], negs), dim=1)
+    return targets, (targets != centres[:, None]).float().index_fill_(1, _zero(centres), 1.0)
 
 
-def _cbow_step(w_in, w_out, centers, contexts, negs, lr, touched_in, touched_out):
-    """A batch of CBOW centres: the mean context row predicts the centre; each context row
+def _zero(like):
+    return torch.zeros(1, dtype=torch.int64, device=like.device)
+
+
+def duplicate_counts(ids, ok, batch, vocab):
+    """Per slot, how many slots of its batch (``batch``: the batch number of each row) update
+    the same row; slots with ``ok`` 0 do not count. One sort for the whole block."""
+    key = torch.where(ok > 0, batch[:, None] * vocab + ids, -1).reshape(-1)
+    ordered = torch.sort(key).values
+    n = torch.searchsorted(ordered, key, right=True) - torch.searchsorted(ordered, key)
+    return n.reshape(ids.shape).float()
+
+
+def duplicate_scale(ids, ok, batch, vocab, duplicate_steps):
+    """A fixed cap: 1 / max(1, n / duplicate_steps) per slot (n: duplicate_counts)."""
+    if duplicate_steps == float("inf"):
+        return torch.ones_like(ok)
+    n = duplicate_counts(ids, ok, batch, vocab)
+    return (n / duplicate_steps).clamp_(min=1.0).reciprocal_()
+
+
+def mark_touched(touched, ids, ok) -> None:
+    """touched[i][id - i V] = 1 for every slot with ``ok`` set (no boolean-mask index)."""
+    vocab = len(touched[0])
+    seen = torch.zeros(len(touched) * vocab, dtype=ok.dtype, device=ok.device)
+    seen.index_add_(0, ids.reshape(-1), ok.reshape(-1))
+    for mask, hit in zip(touched, (seen > 0).view(len(touched), vocab)):
+        mask.masked_fill_(hit, 1)
+
+
+# ------------------------------------------------------------------ the batch loops
+def _batches(layout, in_load, out_load, *extra):
+    """Per batch: input ids [B, M] and flat, output ids [B, 1+K] and flat, then [B, M, 1]
+    context weights, [B, 1, 1+K] output weights, [B, 1, 1] learning rates, [B, M, 1] and
+    [B, 1, 1+K] duplicate loads, and ``extra``: views shaped once per block, so a batch
+    costs no reshaping."""
+    b = layout.batch_rows
+    ctx, tgt = layout.contexts, layout.targets
+    parts = (ctx.split(b), ctx.reshape(-1).split(b * ctx.shape[1]), tgt.split(b),
+             tgt.reshape(-1).split(b * tgt.shape[1]), layout.ok[:, :, None].split(b),
+             layout.target_ok[:, None, :].split(b), layout.lr[:, None, None].split(b),
+             in_load[:, :, None].split(b), out_load[:, None, :].split(b), *(t.split(b) for t in extra))
+    return zip(*parts)
+
+
+def _divisors(load_in, load_out, h, o, adaptive):
+    """What a batch divides its duplicate updates by: max(1, load), the load times the mean
+    squared entry of the partner rows (so n lr sigma'(0) |partner|^2 / STABILITY) when
+    adaptive."""
+    if adaptive:
+        load_in, load_out = load_in * o.square().mean(), load_out * h.square().mean()
+    return load_in.clamp(min=1.0), load_out.clamp(min=1.0)
+
+
+def _train_skipgram(w_in, w_out, layout, in_load, out_load, loss, adaptive):
+    """Each row: its context rows H [M, D] predict its outputs O [1 + K, D]:
+    G = (label - sigma(H O^T)) * lr, H += G O, O += G^T H, from the batch's snapshot (the
+    per-row duplicate scales multiply the small G, not the [B, M, D] products)."""
+    dim = w_in.shape[1]
+    label = _label(layout.targets.shape[1], w_in.device)
+    for ctx, ctx_flat, tgt, tgt_flat, ok, tok, lr, l_in, l_out in _batches(layout, in_load, out_load):
+        h = w_in[ctx]                                    # [B, M, D]
+        o = w_out[tgt]                                   # [B, 1+K, D]
+        d_in, d_out = _divisors(l_in, l_out, h, o, adaptive)
+        scores = torch.bmm(h, o.mT)                      # [B, M, 1+K]
+        weight = ok * tok
+        loss.add_(F.binary_cross_entropy_with_logits(scores, label.expand_as(scores), weight,
+                                                     reduction="sum"))
+        g = (label - scores.sigmoid_()).mul_(weight).mul_(lr)
+        grad_in = torch.bmm(g / d_in, o)
+        grad_out = torch.bmm((g / d_out).mT, h)
+        w_in.index_add_(0, ctx_flat, grad_in.view(-1, dim))
+        w_out.index_add_(0, tgt_flat, grad_out.view(-1, dim))
+
+
+def _train_cbow(w_in, w_out, layout, in_load, out_load, loss, adaptive):
+    """Each row: the mean h of its context rows predicts its outputs O; every context row
     receives the whole input gradient (word2vec's cbow_mean=1)."""
-    present = contexts >= 0
-    rows = w_in[contexts.clamp(min=0)] * present.unsqueeze(2)
-    h = rows.sum(1) / present.sum(1, keepdim=True).to(rows.dtype)
-    negs_valid = negs != centers[:, None]
-    targets = torch.cat((centers[:, None], negs), dim=1)
-    valid = torch.cat((torch.ones_like(negs_valid[:, :1]), negs_valid), dim=1)
-    outputs = w_out[targets]
-    g, loss = _scores_and_grads(h, outputs, negs_valid, lr)
-    grad_h = torch.bmm(g.unsqueeze(1), outputs).squeeze(1)
-    _apply_outputs(w_out, targets, g, h, touched_out, valid)
-    ctx_ids = contexts[present]
-    per_ctx = grad_h.unsqueeze(1).expand(-1, contexts.shape[1], -1)[present]
-    w_in.index_add_(0, ctx_ids, per_ctx)
-    touched_in[ctx_ids] = 1
-    return loss
+    dim = w_in.shape[1]
+    label = _label(layout.targets.shape[1], w_in.device)
+    mean = (layout.ok / layout.ok.sum(1, keepdim=True).clamp_(min=1.0))[:, None, :]
+    for ctx, ctx_flat, tgt, tgt_flat, ok, tok, lr, l_in, l_out, mean_w in _batches(
+            layout, in_load, out_load, mean):
+        h = torch.bmm(mean_w, w_in[ctx])                 # [B, 1, D]
+        o = w_out[tgt]                                   # [B, 1+K, D]
+        d_in, d_out = _divisors(l_in, l_out, h, o, adaptive)
+        scores = torch.bmm(h, o.mT)                      # [B, 1, 1+K]
+        loss.add_(F.binary_cross_entropy_with_logits(scores, label.expand_as(scores), tok,
+                                                     reduction="sum"))
+        g = (label - scores.sigmoid_()).mul_(tok).mul_(lr)
+        grad_in = torch.bmm(ok / d_in, torch.bmm(g, o))  # [B, M, D]: h's gradient per context
+        grad_out = torch.bmm((g / d_out).mT, h)
+        w_in.index_add_(0, ctx_flat, grad_in.view(-1, dim))
+        w_out.index_add_(0, tgt_flat, grad_out.view(-1, dim))
