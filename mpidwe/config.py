@@ -385,7 +385,8 @@ class TrainConfig:
     batch_size: int = opt(16384, "torch kernel: centre words (windows) trained per batch from one parameter "
                           "snapshot; a row a batch updates n times has the sum of its updates divided "
                           "by max(1, n lr sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); "
-                          "small corpora learn more per epoch at smaller batches")
+                          "small corpora learn more per epoch at smaller batches (--loss hs trains 4,096 "
+                          "examples per batch, kernels/torch_hs.py)")
     verify_corpus: bool = opt(True, "recompute the corpus id from the whole corpus before training (rank 0; "
                               "about 0.3 s per 16M tokens) and refuse a damaged file")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")

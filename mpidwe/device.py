@@ -47,6 +47,8 @@ class DeviceParams:
         if kw.get("hs") is not None:      # hierarchical softmax has its own torch module
             from .kernels.torch_hs import train_block as train_hs
 
+            # its batches count examples, not windows, and keep that module's own size
+            kw.pop("batch_size", None)
             return train_hs(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=self.touched[0],
                             touched_out=self.touched[1], **kw)
         return torch_kernel.train_block(w_in, w_out, tokens, starts, keep, table, rng_state,
