@@ -176,6 +176,11 @@ class SynthConfig:
     relation_pairs: int = opt(12, "word pairs per planted relation")
     rare_words: int = opt(2000, "Zipf-distributed rare filler words (background noise)")
     sentence_length: int = opt(20, "mean sentence (line) length in tokens")
+    rare_share: float = opt(0.08, "share of drawn words that are rare filler words (the function and "
+                            "content words share the rest in their usual 35:57 ratio)")
+    rare_zipf: float = opt(1.0, "Zipf exponent of the rare filler words; 0 draws them uniformly, which "
+                           "with --rare-words 2200000 --rare-share 0.5 --tokens 45000000 gives a "
+                           "vocabulary of over 2M words above min-count 5 (docs/benchmarks.md)")
     force: bool = opt(False, "overwrite existing output files")
 
     def __post_init__(self):
@@ -184,6 +189,8 @@ class SynthConfig:
         for name in ("function_words", "relations", "relation_pairs", "rare_words"):
             _positive(name, getattr(self, name), allow_zero=True)
         _positive("seed", self.seed, allow_zero=True)
+        _positive("rare_zipf", self.rare_zipf, allow_zero=True)
+        _check(0.0 <= self.rare_share < 1.0, f"--rare-share must be in [0, 1), got {self.rare_share}")
         _check(bool(self.output), "--output must not be empty")
         _check(self.cluster_size >= 4, "--cluster-size must be >= 4")
         if self.relations:
@@ -344,6 +351,10 @@ class TrainConfig:
                        choices=["off", "speed"])
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
+    store: str = opt("replicated", "replicated: every rank holds both full matrices; sharded: each rank owns "
+                     "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
+                     "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md)",
+                     choices=["replicated", "sharded"])
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
                                   "this multiple of its best value (0: off)")
     guard_max_abs: float = opt(100.0, "divergence guard: stop (exit 3) when a synced parameter exceeds "
@@ -418,6 +429,10 @@ class TrainConfig:
                f"(word2vec uses 5-20)")
         _check(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
         _check(bool(self.out), "--out must not be empty")
+        _check(self.store == "replicated" or (self.sync == "sparse" and self.kernel != "torch"
+                                               and self.device != "cuda" and not self.init_from),
+               "--store sharded runs the numba kernel on the CPU with --sync sparse (owners combine "
+               "pushed rows by the sparse rule) and without --init-from")
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
                "it applies when RUN_DIR has no checkpoint yet)")
