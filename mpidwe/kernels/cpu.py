@@ -130,13 +130,17 @@ def _update_target(h, out_row, label, grad_h, lr, sigmoid, loss_table, dim):
 
 
 @njit(inline="always")
-def _draw_negatives(state, n_draws, skip, table, negs, w_out):
+def _draw_negatives(state, n_draws, skip, table, negs, w_out, slots):
     """Draw n_draws noise words, dropping any equal to ``skip`` (as word2vec), and start
-    fetching their output rows. Returns (state, how many were kept in negs)."""
+    fetching their output rows. ``slots`` (None, or the sharded store's global id ->
+    working-set row map) turns a drawn word into its row. Returns (state, how many were
+    kept in negs)."""
     kept = 0
     for _ in range(n_draws):
         state = _lcg(state)
         target = _draw_negative(state, table)
+        if slots is not None:      # pruned at compile time for the replicated store
+            target = np.int64(slots[target])
         if target != skip:
             negs[kept] = target
             kept += 1
@@ -266,7 +270,7 @@ def _refresh_lr(progress, tid, local_words, lr0, lr_min, words_done, words_scale
 def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_prob,
                  neg_table, rng_state, tid, progress, window, negative, lr0, lr_min,
                  words_done, words_scale, words_total, touched_in, touched_out,
-                 sigmoid, loss_table):
+                 sigmoid, loss_table, neg_slots):
     """Train sentences [s_lo, s_hi) of the block; returns (loss_sum, n_examples)."""
     mode = literally(mode)
     dim = literally(dim)
@@ -309,7 +313,8 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
                 for c in range(lo, hi + 1):
                     if c == pos:
                         continue
-                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out,
+                                                    neg_slots)
                     loss += _skipgram_pair(w_in, w_out, kept[c], center, negs, n_negs, lr,
                                            grad_h, sigmoid, loss_table, touched_out, dim)
                     _mark(touched_in, kept[c])
@@ -327,13 +332,14 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
                 if mode == SKIPGRAM_SHARED:
                     negs[0] = center                      # the positive is output 0
                     state, n_negs = _draw_negatives(state, negative, center, neg_table,
-                                                    negs[1:], w_out)
+                                                    negs[1:], w_out, neg_slots)
                     loss += _skipgram_window_shared(w_in, w_out, contexts, n_ctx, negs,
                                                     n_negs + 1, lr, scores_g, grad_in, sigmoid,
                                                     loss_table, touched_in, touched_out, dim)
                     n_examples += n_ctx
                 else:
-                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out,
+                                                    neg_slots)
                     loss += _cbow_center(w_in, w_out, contexts, n_ctx, center, negs, n_negs, lr,
                                          h, grad_h, sigmoid, loss_table, touched_in,
                                          touched_out, dim)
@@ -348,12 +354,13 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False):
+                threads=1, shared_negatives=False, neg_slots=None):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
     See kernels/__init__.py for the arguments and the determinism contract."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=threads, shared_negatives=shared_negatives)
+                words_total=words_total, threads=threads, shared_negatives=shared_negatives,
+                neg_slots=neg_slots)
     n_tokens = len(tokens)
     if n_tokens == 0:
         return 0.0, 0, 0
@@ -361,7 +368,7 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
     bounds = split_sentences(sent_starts, n_tokens, threads)
     progress = np.zeros(threads, dtype=np.int64)
     fixed = (window, negative, float(lr0), float(lr_min), float(words_done),
-             float(words_scale), float(words_total), touched_in, touched_out, SIGMOID, LOSS)
+             float(words_scale), float(words_total), touched_in, touched_out, SIGMOID, LOSS, neg_slots)
 
     def args(t):
         return (mode, w_in.shape[1], w_in, w_out, tokens, sent_starts, bounds[t], bounds[t + 1],
@@ -388,7 +395,7 @@ def _compiled_chunk(args):
     """The machine code of _train_chunk for these argument types, with mode and dim as
     compile-time constants. Calling it directly skips numba's dispatcher, which would
     otherwise re-resolve the literal arguments (seconds) on every call."""
-    key = args[:2]    # check_block fixed every other argument's type
+    key = args[:2] + (args[-1] is None,)   # check_block fixed every other argument's type
     compiled = _COMPILED.get(key)
     if compiled is None:
         argtypes = tuple(types.IntegerLiteral(a) if i < 2 else typeof(a) for i, a in enumerate(args))
