@@ -44,7 +44,7 @@ from .store import (WorkingSet, apply_pushed, group_by_owner, owned_count, owned
 from .sync import SyncStats
 from .train import Evaluator, Plan, Trainer, find_checkpoint, rng_seeds
 
-PIECE_ROWS = 1 << 16        # rows per piece of the initialisation and resume streams
+PIECE_ROWS = 8192           # rows per piece of the initialisation stream (bounds its temporaries)
 EXPORT_ROWS = 8192          # rows per piece of the text export (as write_word2vec: a text piece is ~14x the rows)
 
 
