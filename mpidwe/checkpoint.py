@@ -137,8 +137,8 @@ def vocab_sha256(words: list[str]) -> str:
 
 def params_sha256(w_in: np.ndarray, w_out: np.ndarray) -> str:
     h = hashlib.sha256()
-    h.update(np.ascontiguousarray(w_in).tobytes())
-    h.update(np.ascontiguousarray(w_out).tobytes())
+    for w in (w_in, w_out):     # hashed in place: tobytes() would copy a whole matrix
+        h.update(memoryview(np.ascontiguousarray(w)).cast("B"))
     return h.hexdigest()
 
 
