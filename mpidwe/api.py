@@ -229,19 +229,20 @@ class WordVectors:
 
 
 # -------------------------------------------------------------------- loading
-def read_checkpoint(path: str, warn=None):
+def read_checkpoint(path: str, warn=None, params: bool = True):
     """The :class:`mpidwe.checkpoint.Checkpoint` at ``path``, or, for a run directory (or its
     ``checkpoints`` folder), its newest checkpoint that loads and verifies; damaged ones are
-    skipped with a warning passed to ``warn``. Loaded (and checksummed) once."""
+    skipped with a warning passed to ``warn``. Loaded (and checksummed) once. ``params=False``
+    leaves the matrices unread (checkpoint.load)."""
     from . import checkpoint
 
     if not os.path.isdir(path):
-        return checkpoint.load(path)
+        return checkpoint.load(path, params=params)
     sub = os.path.join(path, "checkpoints")
     ckdir = sub if os.path.isdir(sub) else path
     if not checkpoint.list_checkpoints(ckdir):
         raise InputError(f"no checkpoint in {ckdir}")
-    ck = checkpoint.latest_valid(ckdir, warn=warn)
+    ck = checkpoint.latest_valid(ckdir, warn=warn, params=params)
     if ck is None:
         raise InputError(f"no valid checkpoint in {ckdir}")
     return ck

@@ -28,8 +28,19 @@ from .fsutil import atomic_path, reason
 
 FORMAT = "mpidwe-checkpoint"
 FORMAT_VERSION = 3          # 3: params/w_in may hold more rows than words (--subwords buckets)
-OLDER_VERSIONS = (1, 2)     # 1: only the parameters and the vocabulary were checksummed
-PLAIN_VERSION = 2           # what a checkpoint without extra input rows is still written as
+PLAIN_VERSION = 2           # 2: content_sha256 covers every dataset and attribute; still written
+                            #    where the input matrix holds only the words
+SHARDED_VERSION = 4         # 4: the parameters live in part files (--store sharded), joined by
+                            #    virtual datasets
+READ_VERSIONS = (1, 2, 4)   # besides FORMAT_VERSION; 1: only the parameters and the vocabulary
+                            #    were checksummed
+PART_FORMAT = "mpidwe-checkpoint-part"
+PART_VERSION = 1
+A_STORE = "store"
+A_PARTS = "parts"
+A_RANK = "rank"
+A_WORLD = "world_size"
+A_VOCAB_SIZE = "vocab_size"
 
 A_FORMAT = "format"
 A_VERSION = "format_version"
@@ -51,6 +62,7 @@ D_RNG = "rng/state"
 D_METRICS = "metrics/history"
 
 NAME_RE = re.compile(r"^ckpt-(\d{9})\.h5$")
+PART_RE = re.compile(r"^ckpt-(\d{9})\.part-(\d{5})-of-(\d{5})\.h5$")
 
 
 @dataclass
@@ -103,6 +115,7 @@ class Checkpoint:
     tool_version: str = ""
     complete: bool = False
     content: str = ""              # the file's content_sha256 (files that carry one)
+    parts: list[dict] = field(default_factory=list)   # a sharded checkpoint's part files
 
     # the parts readers use most, without reaching through ``state``
     @property
@@ -128,8 +141,8 @@ def vocab_sha256(words: list[str]) -> str:
 
 def params_sha256(w_in: np.ndarray, w_out: np.ndarray) -> str:
     h = hashlib.sha256()
-    h.update(np.ascontiguousarray(w_in).tobytes())
-    h.update(np.ascontiguousarray(w_out).tobytes())
+    for w in (w_in, w_out):     # hashed in place: tobytes() would copy a whole matrix
+        h.update(memoryview(np.ascontiguousarray(w)).cast("B"))
     return h.hexdigest()
 
 
@@ -146,7 +159,10 @@ def content_sha256(f: h5py.File) -> str:
             value = value.item()       # repr(np.int64(2)) depends on the numpy version; 2 does not
         h.update(f"{name}={_str(value) if isinstance(value, (str, bytes)) else repr(value)}\n".encode())
     datasets = []
-    f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+    # virtual datasets (a sharded checkpoint's parameters) are the part files' data: each part
+    # has its own seal and checksum, and reading them here would load the whole model
+    f.visititems(lambda name, obj: datasets.append(name)
+                 if isinstance(obj, h5py.Dataset) and not obj.is_virtual else None)
     for name in sorted(datasets):
         data = f[name][()]
         h.update(f"{name}:{getattr(data, 'shape', ())}\n".encode())
@@ -159,27 +175,41 @@ def content_sha256(f: h5py.File) -> str:
     return h.hexdigest()
 
 
+def _streamed_sha256(f: h5py.File, piece_rows: int = 1 << 16) -> str:
+    """params_sha256 of an open checkpoint's matrices, read in pieces of rows."""
+    h = hashlib.sha256()
+    for name in (D_W_IN, D_W_OUT):
+        d = f[name]
+        for a in range(0, d.shape[0], piece_rows):
+            h.update(np.ascontiguousarray(d[a:a + piece_rows]).tobytes())
+    return h.hexdigest()
+
+
 def checkpoint_name(round_: int) -> str:
     return f"ckpt-{round_:09d}.h5"
 
 
-def save(directory: str, ckpt: Checkpoint, *, keep: int = 3) -> str:
-    """Write ``ckpt`` atomically into ``directory``; keep the newest ``keep`` files."""
+def save(directory: str, ckpt: Checkpoint, *, keep: int = 3, parts: list[dict] | None = None) -> str:
+    """Write ``ckpt`` atomically into ``directory``; keep the newest ``keep`` files.
+    ``parts`` (a sharded run): the part files every owner wrote with :func:`save_part`, in
+    rank order; the checkpoint then holds no parameters of its own but virtual datasets
+    that join the parts' rows, and ``ckpt.w_in``/``w_out`` are not read."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, checkpoint_name(ckpt.progress.round))
     try:
-        _write(path, ckpt)
+        _write(path, ckpt, parts)
     except OSError as e:   # a full or failing disk: atomic_path has removed the partial file
         raise InputError(f"cannot write checkpoint {path}: {reason(e)}; the earlier checkpoints "
                          f"are kept") from None
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         os.unlink(old)
+    remove_stale_parts(directory)
     return path
 
 
-def _write(path: str, ckpt: Checkpoint) -> None:
+def _write(path: str, ckpt: Checkpoint, parts: list[dict] | None = None) -> None:
     with atomic_path(path) as tmp:
-        skip = _write_hdf5(tmp, ckpt)
+        skip = _write_hdf5(tmp, ckpt) if parts is None else _write_sharded(tmp, ckpt, parts)
         seal(tmp, skip)     # atomic_path fsyncs it before the rename
 
 
@@ -187,28 +217,196 @@ def _write_hdf5(tmp: str, ckpt: Checkpoint) -> list[tuple[int, int]]:
     """The HDF5 part; returns the byte ranges of the two matrices, which the seal leaves
     out (the parameter and content checksums cover them when the file is read)."""
     with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
-        f.attrs[A_FORMAT] = FORMAT
         # version 3 only where a version-2 reader would misread the file (extra input rows)
-        f.attrs[A_VERSION] = FORMAT_VERSION if len(ckpt.w_in) != len(ckpt.words) else PLAIN_VERSION
-        f.attrs[A_TOOL_VERSION] = __version__
-        f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-        f.attrs[A_CONFIG] = json.dumps(ckpt.config, sort_keys=True)
-        f.attrs[A_CORPUS_ID] = ckpt.corpus_id
-        f.attrs[A_CORPUS_PATH] = ckpt.corpus_path
-        f.attrs[A_VOCAB_SHA] = vocab_sha256(ckpt.words)
-        f.attrs[A_PROGRESS] = json.dumps(ckpt.progress.__dict__, sort_keys=True)
-        f.attrs[A_COMPLETE] = bool(ckpt.complete)
+        _write_attrs(f, ckpt, FORMAT_VERSION if len(ckpt.w_in) != len(ckpt.words) else PLAIN_VERSION)
         f.attrs[A_CHECKSUM] = params_sha256(ckpt.w_in, ckpt.w_out)
         f.create_dataset(D_W_IN, data=ckpt.w_in)
         f.create_dataset(D_W_OUT, data=ckpt.w_out)
-        f.create_dataset(D_WORDS, data=np.array(ckpt.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
-        f.create_dataset(D_COUNTS, data=np.asarray(ckpt.counts, dtype=np.int64))
-        f.create_dataset(D_RNG, data=np.asarray(ckpt.state.rng_state, dtype=np.uint64))
-        f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
+        _write_small(f, ckpt)
         f.flush()
         f.attrs[A_CONTENT] = content_sha256(f)
         f.flush()
         return [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
+
+
+def _write_attrs(f: h5py.File, ckpt: Checkpoint, version: int) -> None:
+    f.attrs[A_FORMAT] = FORMAT
+    f.attrs[A_VERSION] = version
+    f.attrs[A_TOOL_VERSION] = __version__
+    f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    f.attrs[A_CONFIG] = json.dumps(ckpt.config, sort_keys=True)
+    f.attrs[A_CORPUS_ID] = ckpt.corpus_id
+    f.attrs[A_CORPUS_PATH] = ckpt.corpus_path
+    f.attrs[A_VOCAB_SHA] = vocab_sha256(ckpt.words)
+    f.attrs[A_PROGRESS] = json.dumps(ckpt.progress.__dict__, sort_keys=True)
+    f.attrs[A_COMPLETE] = bool(ckpt.complete)
+
+
+def _write_small(f: h5py.File, ckpt: Checkpoint) -> None:
+    f.create_dataset(D_WORDS, data=np.array(ckpt.words, dtype=object), dtype=h5py.string_dtype("utf-8"))
+    f.create_dataset(D_COUNTS, data=np.asarray(ckpt.counts, dtype=np.int64))
+    f.create_dataset(D_RNG, data=np.asarray(ckpt.state.rng_state, dtype=np.uint64))
+    f.create_dataset(D_METRICS, data=json.dumps(ckpt.metrics), dtype=h5py.string_dtype("utf-8"))
+
+
+def parts_sha256(parts: list[dict]) -> str:
+    """The parameter checksum of a sharded checkpoint: over its parts' own checksums."""
+    return hashlib.sha256("\n".join(p["params_sha256"] for p in parts).encode()).hexdigest()
+
+
+def _write_sharded(tmp: str, ckpt: Checkpoint, parts: list[dict]) -> list[tuple[int, int]]:
+    """A sharded checkpoint: everything but the parameters, which are virtual datasets over
+    the part files beside it. Rank r's part holds the global rows r, r + P, ...; the virtual
+    dataset has shape [ceil(V / P), P, d] with global row w at [w // P, w % P], so each part
+    maps to one plain block [:rows, r, :] (HDF5 builds a strided [V, d] mapping row by row:
+    minutes for 2M rows) and row order is a reshape to [ceil(V / P) x P, d]."""
+    world = len(parts)
+    vocab, dim = len(ckpt.words), int(parts[0]["dim"])
+    per = -(-vocab // world)
+    with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
+        _write_attrs(f, ckpt, SHARDED_VERSION)
+        f.attrs[A_STORE] = "sharded"
+        f.attrs[A_PARTS] = json.dumps(parts, sort_keys=True)
+        f.attrs[A_CHECKSUM] = parts_sha256(parts)
+        for name in (D_W_IN, D_W_OUT):
+            layout = h5py.VirtualLayout(shape=(per, world, dim), dtype=np.float32)
+            for r, part in enumerate(parts):
+                if part["rows"]:
+                    layout[:part["rows"], r, :] = h5py.VirtualSource(part["file"], name, shape=(part["rows"], dim))
+            f.create_virtual_dataset(name, layout, fillvalue=np.nan)
+        _write_small(f, ckpt)
+        f.flush()
+        f.attrs[A_CONTENT] = content_sha256(f)
+        f.flush()
+        return []
+
+
+def part_name(round_: int, rank: int, world: int) -> str:
+    return f"ckpt-{round_:09d}.part-{rank:05d}-of-{world:05d}.h5"
+
+
+def save_part(directory: str, round_: int, rank: int, world: int, vocab_size: int,
+              w_in: np.ndarray, w_out: np.ndarray) -> dict:
+    """One owner's rows (global rows rank, rank + P, ...) of a sharded checkpoint, written
+    atomically and sealed; returns the entry the checkpoint lists for it."""
+    os.makedirs(directory, exist_ok=True)
+    name = part_name(round_, rank, world)
+    path = os.path.join(directory, name)
+    digest = params_sha256(w_in, w_out)
+    try:
+        with atomic_path(path) as tmp:
+            with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
+                f.attrs[A_FORMAT] = PART_FORMAT
+                f.attrs[A_VERSION] = PART_VERSION
+                f.attrs[A_RANK] = rank
+                f.attrs[A_WORLD] = world
+                f.attrs[A_VOCAB_SIZE] = vocab_size
+                f.attrs[A_CHECKSUM] = digest
+                f.create_dataset(D_W_IN, data=w_in)
+                f.create_dataset(D_W_OUT, data=w_out)
+                f.flush()
+                skip = [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
+            seal(tmp, skip)
+    except OSError as e:
+        raise InputError(f"cannot write checkpoint part {path}: {reason(e)}; the earlier checkpoints "
+                         f"are kept") from None
+    return {"file": name, "rank": rank, "rows": int(len(w_in)), "dim": int(w_in.shape[1]),
+            "params_sha256": digest}
+
+
+def load_part(directory: str, part: dict, verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of one part file (checked: seal, format, the checksum the checkpoint lists)."""
+    path = os.path.join(directory, part["file"])
+    if not os.path.exists(path):
+        raise InputError(f"checkpoint part {path} is missing")
+    check_seal(path, "checkpoint part")
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            check_format(f.attrs, path, PART_FORMAT, PART_VERSION, "checkpoint part")
+            w_in, w_out = f[D_W_IN][:], f[D_W_OUT][:]
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"checkpoint part {path} is damaged: {e}") from None
+    if verify and params_sha256(w_in, w_out) != part["params_sha256"]:
+        raise InputError(f"checkpoint part {path} is damaged: parameter checksum mismatch")
+    return w_in, w_out
+
+
+def is_sharded(ck: Checkpoint) -> bool:
+    return bool(ck.parts)
+
+
+def _row_range(d, a: int, b: int, vocab: int):
+    """Global rows [a, b) of a checkpoint matrix: a plain [V, d] dataset, or a sharded
+    checkpoint's [ceil(V / P), P, d] virtual one."""
+    if d.ndim == 2:
+        return d[a:b]
+    world = d.shape[1]
+    block = d[a // world:(b - 1) // world + 1].reshape(-1, d.shape[2])
+    return block[a % world:a % world + (b - a)]
+
+
+def _whole(d, vocab: int) -> np.ndarray:
+    return d[:] if d.ndim == 2 else d[:].reshape(-1, d.shape[2])[:vocab]
+
+
+def read_rows(path: str, parts: list[dict], vocab: int, rank: int, world: int,
+              piece_rows: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+    """The rows rank ``rank`` of ``world`` owns (global rows rank, rank + P, ...) of the
+    checkpoint at ``path`` (``parts``: its part list, empty for a replicated one), without
+    reading the whole model: its own part when the checkpoint was written by as many
+    owners, else pieces of ``piece_rows`` rows of the (virtual or plain) matrices."""
+    if parts and len(parts) == world:
+        return load_part(os.path.dirname(path), parts[rank])
+    rows = []
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            for name in (D_W_IN, D_W_OUT):
+                d = f[name]
+                out = np.empty((max(0, (vocab - rank + world - 1) // world), d.shape[-1]), dtype=np.float32)
+                for a in range(0, vocab, piece_rows):
+                    first = (rank - a) % world
+                    got = _row_range(d, a, min(vocab, a + piece_rows), vocab)[first::world]
+                    k = (a + first - rank) // world
+                    out[k:k + len(got)] = got
+                rows.append(out)
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"{path} is damaged: {e}") from None
+    return rows[0], rows[1]
+
+
+def iter_rows(ck: Checkpoint, piece_rows: int = 1 << 16):
+    """(first row, w_in rows, w_out rows) pieces of a checkpoint's matrices, in row order:
+    a sharded checkpoint is exported without ever holding the whole model."""
+    if ck.w_in is not None:
+        for a in range(0, len(ck.w_in), piece_rows):
+            yield a, ck.w_in[a:a + piece_rows], ck.w_out[a:a + piece_rows]
+        return
+    vocab = len(ck.words)
+    with h5py.File(ck.path, "r", locking=False) as f:
+        for a in range(0, vocab, piece_rows):
+            b = min(vocab, a + piece_rows)
+            yield a, _row_range(f[D_W_IN], a, b, vocab), _row_range(f[D_W_OUT], a, b, vocab)
+
+
+def remove_stale_parts(directory: str, orphans: bool = False) -> list[str]:
+    """Delete part files whose checkpoint is gone (deleted by ``keep``, or never written: a
+    crash between the parts and the checkpoint). Parts of rounds newer than every checkpoint
+    may be the ones being written right now, and are kept unless ``orphans`` (at the start
+    of a run, which holds the run directory's lock: no rank of another run writes there)."""
+    kept = {int(NAME_RE.match(os.path.basename(p)).group(1)) for p in list_checkpoints(directory)}
+    newest = max(kept, default=-1)
+    gone = []
+    for p in glob.glob(os.path.join(directory, "ckpt-*.part-*.h5")):
+        m = PART_RE.match(os.path.basename(p))
+        if m and int(m.group(1)) not in kept and (orphans or int(m.group(1)) <= newest):
+            try:
+                os.unlink(p)
+                gone.append(p)
+            except FileNotFoundError:
+                pass
+    return gone
 
 
 def list_checkpoints(directory: str) -> list[str]:
@@ -221,11 +419,13 @@ def _str(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def load(path: str, *, verify: bool = True) -> Checkpoint:
+def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
     """Read a checkpoint, checking its seal, format, version and (with ``verify``) the
     content checksum. Opens read-only, so it works while a run is writing newer
     checkpoints. A checkpoint without a seal (written before mpidwe had one) is still read,
-    but HDF5 is then not protected from its damage."""
+    but HDF5 is then not protected from its damage. A sharded checkpoint's parts are
+    checked one at a time (each part's seal and checksum); ``params=False`` leaves the
+    matrices unread (None), for a model larger than this process may hold."""
     if not os.path.exists(path):
         raise InputError(f"checkpoint not found: {path}")
     check_seal(path, "checkpoint")      # from the raw bytes, before HDF5 parses anything
@@ -235,12 +435,21 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
         raise unreadable(path, "checkpoint") from None
     try:
         with f:
-            version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint", OLDER_VERSIONS)
+            version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint", READ_VERSIONS)
             if verify and version >= 2 and content_sha256(f) != _str(f.attrs[A_CONTENT]):
                 raise InputError(f"{path} is damaged: content checksum mismatch")
-            w_in, w_out = f[D_W_IN][:], f[D_W_OUT][:]
+            parts = json.loads(_str(f.attrs[A_PARTS])) if A_PARTS in f.attrs else []
+            if parts and parts_sha256(parts) != _str(f.attrs[A_CHECKSUM]):
+                raise InputError(f"{path} is damaged: parameter checksum mismatch")
+            if verify and parts:
+                for part in parts:
+                    load_part(os.path.dirname(path), part)
             words = [_str(w) for w in f[D_WORDS][:]]
-            if verify and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):
+            w_in, w_out = ((_whole(f[D_W_IN], len(words)), _whole(f[D_W_OUT], len(words))) if params
+                           else (None, None))
+            if verify and not params and not parts and _streamed_sha256(f) != _str(f.attrs[A_CHECKSUM]):
+                raise InputError(f"{path} is damaged: parameter checksum mismatch")
+            if verify and params and not parts and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):
                 raise InputError(f"{path} is damaged: parameter checksum mismatch")
             if vocab_sha256(words) != _str(f.attrs[A_VOCAB_SHA]):
                 raise InputError(f"{path} is damaged: vocabulary checksum mismatch")
@@ -253,19 +462,20 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
                 config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
                 corpus_path=_str(f.attrs[A_CORPUS_PATH]), path=path,
                 created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
-                complete=bool(f.attrs.get(A_COMPLETE, False)), content=_str(f.attrs.get(A_CONTENT, "")))
+                complete=bool(f.attrs.get(A_COMPLETE, False)), content=_str(f.attrs.get(A_CONTENT, "")),
+                parts=parts)
     except InputError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise InputError(f"{path} is damaged: {e}") from None
 
 
-def latest_valid(directory: str, warn=None) -> Checkpoint | None:
+def latest_valid(directory: str, warn=None, params: bool = True) -> Checkpoint | None:
     """The newest checkpoint in ``directory`` that loads and verifies; damaged ones are
-    skipped with a warning."""
+    skipped with a warning. ``params=False``: as :func:`load`."""
     for path in reversed(list_checkpoints(directory)):
         try:
-            return load(path)
+            return load(path, params=params)
         except InputError as e:
             if warn:
                 warn(f"warning: skipping damaged checkpoint: {e}")

@@ -193,6 +193,34 @@ class Comm:
         self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t)
         return out
 
+    def alltoallv(self, send: np.ndarray, send_counts: np.ndarray,
+                  recv_counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Personalised all-to-all of rows: ``send`` lists the rows for rank 0, then rank 1...
+        (``send_counts[r]`` rows each). Returns (rows received, in sender order; rows per
+        sender). ``recv_counts``, when the caller knows them (the reply to a request it
+        sent), saves the exchange of counts."""
+        send_counts = np.asarray(send_counts, dtype=np.int64)
+        if self._comm is None:
+            return send.copy(), send_counts.copy()
+        from mpi4py import MPI
+
+        t = time.perf_counter()
+        if recv_counts is None:
+            recv_counts = np.empty(self.size, dtype=np.int64)
+            self._comm.Alltoall(send_counts, recv_counts)
+        recv_counts = np.asarray(recv_counts, dtype=np.int64)
+        row_items = int(np.prod(send.shape[1:], dtype=np.int64)) if send.ndim > 1 else 1
+        out = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
+        mpi_type = MPI._typedict[send.dtype.char]
+        s_items, r_items = send_counts * row_items, recv_counts * row_items
+        s_displ = np.concatenate(([0], np.cumsum(s_items)[:-1]))
+        r_displ = np.concatenate(([0], np.cumsum(r_items)[:-1]))
+        self._comm.Alltoallv([np.ascontiguousarray(send), (s_items, s_displ), mpi_type],
+                             [out, (r_items, r_displ), mpi_type])
+        own = int(send_counts[self.rank]) * row_items * send.itemsize
+        self.stats.add(int(s_items.sum()) * send.itemsize - own, time.perf_counter() - t)
+        return out, recv_counts
+
     def bcast_array_(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         if self._comm is not None:
             t = time.perf_counter()

@@ -181,6 +181,11 @@ class SynthConfig:
                     "same words plus --new-clusters topic clusters of new words, other sentences, and a "
                     "similarity file of the new clusters' words", choices=[1, 2])
     new_clusters: int = opt(5, "--part 2: topic clusters of new words (--cluster-size words each)")
+    rare_share: float = opt(0.08, "share of drawn words that are rare filler words (the function and "
+                            "content words share the rest in their usual 35:57 ratio)")
+    rare_zipf: float = opt(1.0, "Zipf exponent of the rare filler words; 0 draws them uniformly, which "
+                           "with --rare-words 2200000 --rare-share 0.5 --tokens 45000000 gives a "
+                           "vocabulary of over 2M words above min-count 5 (docs/benchmarks.md)")
     force: bool = opt(False, "overwrite existing output files")
 
     def __post_init__(self):
@@ -189,6 +194,8 @@ class SynthConfig:
         for name in ("function_words", "relations", "relation_pairs", "rare_words"):
             _positive(name, getattr(self, name), allow_zero=True)
         _positive("seed", self.seed, allow_zero=True)
+        _positive("rare_zipf", self.rare_zipf, allow_zero=True)
+        _check(0.0 <= self.rare_share < 1.0, f"--rare-share must be in [0, 1), got {self.rare_share}")
         _check(bool(self.output), "--output must not be empty")
         _check(self.cluster_size >= 4, "--cluster-size must be >= 4")
         if self.relations:
@@ -368,6 +375,10 @@ class TrainConfig:
                        choices=["off", "speed"])
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
+    store: str = opt("replicated", "replicated: every rank holds both full matrices; sharded: each rank owns "
+                     "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
+                     "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md)",
+                     choices=["replicated", "sharded"])
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
                                   "this multiple of its best value (0: off)")
     guard_max_abs: float = opt(100.0, "divergence guard: stop (exit 3) when a synced parameter exceeds "
@@ -466,6 +477,12 @@ class TrainConfig:
                "--resume and --force")
         _check(re.fullmatch(r"all|new|\d+(:\d*)?", self.segments.strip()) is not None,
                f"--segments must be all, new, K, K: or K:L, got {self.segments!r}")
+        _check(self.store == "replicated" or (self.sync == "sparse" and self.kernel != "torch"
+                                               and self.device != "cuda" and not self.init_from
+                                               and self.loss == "ns" and not self.subwords and not self.follow),
+               "--store sharded runs the numba kernel on the CPU with --sync sparse (owners combine "
+               "pushed rows by the sparse rule), negative sampling without --subwords, and without "
+               "--init-from or --follow")
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
                "it applies when RUN_DIR has no checkpoint yet)")

@@ -384,6 +384,36 @@ def export(a, vecs: WordVectors) -> None:
           f"wrote {a.output} ({a.format}, {vecs.matrix} matrix, {len(vecs):,} x {vecs.dim})")
 
 
+def sharded_checkpoint(path: str):
+    """The checkpoint ``path`` names when it is a sharded one (its parameters in part files),
+    read without its matrices; None for anything else."""
+    from . import api
+
+    if api.kind_of(path) == "word2vec":
+        return None
+    ck = api.read_checkpoint(path, warn=_warn, params=False)
+    return ck if ck.parts else None
+
+
+def export_streamed(a, ck) -> None:
+    """Export a sharded checkpoint piece by piece: no more than a piece of rows in memory."""
+    from . import checkpoint
+    from .evaluate.vectors import write_word2vec_blocks
+
+    if os.path.exists(a.output) and not a.force:
+        raise InputError(f"output exists: {a.output} (use --force to overwrite)")
+    matrix = getattr(a, "matrix", "input")
+    pick = {"input": lambda i, o: i, "output": lambda i, o: o, "sum": lambda i, o: i + o}[matrix]
+    dim = int(ck.parts[0]["dim"])
+    with writing(a.output):
+        write_word2vec_blocks(a.output, ck.words, dim,
+                              (pick(i, o) for _, i, o in checkpoint.iter_rows(ck, piece_rows=8192)),
+                              binary=a.format == "word2vec-binary")
+    print(json.dumps({"export": a.output}) if a.json else
+          f"wrote {a.output} ({a.format}, {matrix} matrix, {len(ck.words):,} x {dim}, streamed from "
+          f"{len(ck.parts)} parts)")
+
+
 # -------------------------------------------------------------------- command
 def _warn(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr)
@@ -398,6 +428,11 @@ def run(argv=None) -> int:
         out = plot(a.path, a.output)
         print(json.dumps({"plot": out}) if a.json else f"wrote {out}")
         return 0
+    if command == "export":
+        ck = sharded_checkpoint(a.path)
+        if ck is not None:
+            export_streamed(a, ck)
+            return 0
     vecs = load(a.path, matrix=getattr(a, "matrix", "input"), warn=_warn)
     if command == "summary":
         s = summary(vecs.checkpoint) if vecs.checkpoint is not None else vectors_summary(vecs)

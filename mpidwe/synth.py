@@ -4,7 +4,9 @@ The generative model, per line (sentence):
 
 * the line picks one topic cluster; each token is a *function word* (Zipf, shared by all
   topics), a *content word* (uniform over the line's cluster, or over a random cluster with
-  probability ``OFF_TOPIC``) or a *rare filler word* (Zipf, no topic);
+  probability ``OFF_TOPIC``) or a *rare filler word* (Zipf, no topic; ``--rare-zipf 0`` draws
+  them uniformly and ``--rare-share`` sets their share, which makes a vocabulary of millions of
+  words above min-count for the sharded store's tests and benchmarks);
 * planted relation r has pairs (x_i, y_i) that live in the same cluster, so they share
   their topic context. Every occurrence of x_i (y_i) is, with probability ``MARK_PROB``,
   written next to one of r's side-A (side-B) *marker* words, like "he king" / "she queen".
@@ -63,7 +65,6 @@ FUNCTION_SHARE = 0.35
 CONTENT_SHARE = 0.57
 RARE_SHARE = 0.08
 FUNCTION_ZIPF = 1.0       # exponent: p(rank k) ~ 1 / k**s
-RARE_ZIPF = 1.0
 OFF_TOPIC = 0.10          # a content token comes from a random cluster, not the line's
 MARK_PROB = 0.8           # a relation word gets its marker written beside it
 MARKERS_PER_SIDE = 4      # marker words per side (A, B) of each relation: several, so each
@@ -175,9 +176,20 @@ def _zipf_cdf(n: int, exponent: float) -> np.ndarray:
     return cdf
 
 
+def kind_shares(cfg: SynthConfig) -> tuple[float, float, float]:
+    """(function, content, rare) shares of drawn words: the constants, or with --rare-share
+    the rare share given and the other two scaled to fill the rest (the default share keeps
+    the constants exactly, so the default text does not change)."""
+    if cfg.rare_share == RARE_SHARE:
+        return FUNCTION_SHARE, CONTENT_SHARE, RARE_SHARE
+    rest = (1.0 - cfg.rare_share) / (FUNCTION_SHARE + CONTENT_SHARE)
+    return FUNCTION_SHARE * rest, CONTENT_SHARE * rest, cfg.rare_share
+
+
 def _kind_cdf(cfg: SynthConfig) -> np.ndarray:
-    shares = np.array([FUNCTION_SHARE if cfg.function_words else 0.0, CONTENT_SHARE,
-                       RARE_SHARE if cfg.rare_words else 0.0])
+    f_share, c_share, r_share = kind_shares(cfg)
+    shares = np.array([f_share if cfg.function_words else 0.0, c_share,
+                       r_share if cfg.rare_words else 0.0])
     cdf = np.cumsum(shares / shares.sum())
     cdf[-1] = 1.0
     return cdf
@@ -213,7 +225,7 @@ def _sentence_chunk(cfg: SynthConfig, lex: Lexicon, rng: np.random.Generator,
         words[is_f] = lex.function_ids[_draw(_zipf_cdf(lex.function_ids.size, FUNCTION_ZIPF),
                                              rng, int(is_f.sum()))]
     if lex.rare_ids.size:
-        words[is_r] = lex.rare_ids[_draw(_zipf_cdf(lex.rare_ids.size, RARE_ZIPF),
+        words[is_r] = lex.rare_ids[_draw(_zipf_cdf(lex.rare_ids.size, cfg.rare_zipf),
                                          rng, int(is_r.sum()))]
     t = topic[is_c]
     off = rng.random(t.size) < OFF_TOPIC
@@ -353,8 +365,8 @@ def answer_key(cfg: SynthConfig, lex: Lexicon, counts: np.ndarray, lines: int,
         "seed": cfg.seed,
         "config": to_dict(cfg),
         "model": {
-            "function_share": FUNCTION_SHARE, "content_share": CONTENT_SHARE,
-            "rare_share": RARE_SHARE, "function_zipf": FUNCTION_ZIPF, "rare_zipf": RARE_ZIPF,
+            **dict(zip(("function_share", "content_share", "rare_share"), kind_shares(cfg))),
+            "function_zipf": FUNCTION_ZIPF, "rare_zipf": cfg.rare_zipf,
             "off_topic": OFF_TOPIC, "mark_prob": MARK_PROB, "markers_per_side": MARKERS_PER_SIDE,
         },
         "counts": {

@@ -633,32 +633,7 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log
                ) -> tuple[checkpoint.TrainingState | None, dict | None]:
     """Rank 0 finds, loads and checks the checkpoint to resume from; every rank receives the
     training state it holds, and the re-plan record of its run (None if it was never re-planned)."""
-    def find():
-        if not cfg.resume:
-            return None
-        if cfg.resume == "auto":
-            ckpt_dir = os.path.join(cfg.out, "checkpoints")
-            ck = checkpoint.latest_valid(ckpt_dir, warn=log)
-            found = checkpoint.list_checkpoints(ckpt_dir)
-            if ck is None and found:
-                # maybe only unreadable for a moment (a network filesystem): never start over
-                raise InputError(f"--resume auto: none of the {len(found)} checkpoint(s) in {ckpt_dir} "
-                                 f"can be read (damaged or unreadable); nothing was deleted; start over "
-                                 f"with --force, or resume from a copy with --resume PATH")
-            if ck is None:
-                return None
-        else:
-            if os.path.realpath(cfg.resume) == os.path.realpath(corpus.path):
-                raise InputError(f"--resume {cfg.resume} is the corpus, not a checkpoint (checkpoints are "
-                                 f"RUN_DIR/checkpoints/ckpt-*.h5; --resume auto finds the newest)")
-            ck = checkpoint.load(cfg.resume)
-        _check_resume(plan.resolved, ck, corpus, comm.size)
-        if log:
-            log(f"resuming from {ck.path}: round {ck.progress.round}/{ck.progress.rounds}, "
-                f"{ck.progress.words_done:,} words done")
-        return ck
-
-    ck = comm.on_root(find, broadcast=False)
+    ck = comm.on_root(find_checkpoint, cfg, plan, corpus, comm.size, log, broadcast=False)
     header = comm.bcast(dict(ck.state.header(), replan=ck.config.get("replan"))
                         if comm.is_root and ck is not None else None)
     if header is None:
@@ -670,6 +645,35 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log
     comm.bcast_array_(w_in)
     comm.bcast_array_(w_out)
     return checkpoint.TrainingState.from_header(header, w_in, w_out), record
+
+
+def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, log,
+                params: bool = True) -> checkpoint.Checkpoint | None:
+    """Rank 0: the checkpoint --resume names (None for a fresh start), loaded and checked
+    (``params=False``: without its matrices, as checkpoint.load)."""
+    if not cfg.resume:
+        return None
+    if cfg.resume == "auto":
+        ckpt_dir = os.path.join(cfg.out, "checkpoints")
+        ck = checkpoint.latest_valid(ckpt_dir, warn=log, params=params)
+        found = checkpoint.list_checkpoints(ckpt_dir)
+        if ck is None and found:
+            # maybe only unreadable for a moment (a network filesystem): never start over
+            raise InputError(f"--resume auto: none of the {len(found)} checkpoint(s) in {ckpt_dir} "
+                             f"can be read (damaged or unreadable); nothing was deleted; start over "
+                             f"with --force, or resume from a copy with --resume PATH")
+        if ck is None:
+            return None
+    else:
+        if os.path.realpath(cfg.resume) == os.path.realpath(corpus.path):
+            raise InputError(f"--resume {cfg.resume} is the corpus, not a checkpoint (checkpoints are "
+                             f"RUN_DIR/checkpoints/ckpt-*.h5; --resume auto finds the newest)")
+        ck = checkpoint.load(cfg.resume, params=params)
+    _check_resume(plan.resolved, ck, corpus, world)
+    if log:
+        log(f"resuming from {ck.path}: round {ck.progress.round}/{ck.progress.rounds}, "
+            f"{ck.progress.words_done:,} words done")
+    return ck
 
 
 def _metrics_until(path: str, history: list[dict]) -> list[str]:
@@ -746,17 +750,20 @@ class RoundTotals:
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
     plan = make_plan(cfg, comm, corpus)
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
+    store = None
+    if cfg.store == "sharded":       # rows spread over the ranks: mpidwe/sharded.py
+        from . import sharded as store
     try:
-        state, record = load_state(cfg, plan, comm, corpus, log)
+        state, record = (store.load_state if store else load_state)(cfg, plan, comm, corpus, log)
         history = None if state is None else state.history
         if state is not None:
             plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
         comm.on_root(_check_run_dir, cfg, state is not None)
         if state is None:
-            state = fresh_state(cfg, plan, comm, corpus.n_words)
+            state = (store.fresh_state if store else fresh_state)(cfg, plan, comm, corpus.n_words)
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
-        trainer = Trainer(cfg, comm, corpus, plan, state, log, stop)   # reads the evaluation files
+        trainer = (store.ShardedTrainer if store else Trainer)(cfg, comm, corpus, plan, state, log, stop)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         comm.barrier()    # the old marker is gone before any watcher starts
         deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
@@ -792,9 +799,7 @@ class Trainer:
         self.subwords = build_table(self.words, cfg.minn, cfg.maxn, cfg.buckets) if cfg.subwords else None
         if self.subwords is not None:
             self.loss_kw["subwords"] = (self.subwords.ptr, self.subwords.ids)
-        self.touched = [np.zeros(len(state.w_in), dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
-        self.syncer = Synchronizer(comm, [state.w_in, state.w_out], mode=cfg.sync, scale=plan.scale,
-                                   allreduce=cfg.allreduce)
+        self.setup_params(v)
         self.balanced = cfg.balance == "speed"
         if self.balanced:
             self.stream = EpochStream(corpus, cfg.epochs, cfg.block_tokens, start=state.progress.positions[0])
@@ -804,16 +809,43 @@ class Trainer:
                                       start=state.progress.positions[comm.rank])
         self.round_end = 0            # --balance speed: the stream position this round ends at
         self.round_speed = 0.0        # this rank's words per compute second in the last round
-        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched,
-                               batch_size=cfg.batch_size)
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
-        self.evaluator = comm.on_root(Evaluator, cfg, self.words, self._pip_reference(), broadcast=False)
+        self.evaluator = self.make_evaluator()
         self.compute_s = 0.0
         self.local_words = 0          # words this rank trained in this process
         # resumes so far: one more than the checkpoint's last record says
         self.restarts = (int(state.history[-1].get("restarts", 0)) + 1 if state.history
                          else int(state.progress.words_done > 0))
         self.last_rank_words: np.ndarray | None = None   # rank 0: per-rank words at the last record
+
+    def setup_params(self, v: int) -> None:
+        """The replicated store: full matrices on every rank, combined by ``self.syncer``
+        (mpidwe.sharded.ShardedTrainer overrides this and the other store-specific steps)."""
+        state, plan = self.state, self.plan
+        # --subwords: the input matrix has a row per n-gram bucket after the words
+        self.touched = [np.zeros(len(state.w_in), dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
+        self.syncer = Synchronizer(self.comm, [state.w_in, state.w_out], mode=self.cfg.sync, scale=plan.scale,
+                                   allreduce=self.cfg.allreduce)
+        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched,
+                               batch_size=self.cfg.batch_size)
+
+    def params_to_host(self) -> None:
+        """The host arrays hold the trained parameters after this (the torch kernel's live on
+        the device)."""
+        self.backend.to_host()
+
+    def make_evaluator(self):
+        """Rank 0's Evaluator over the whole vocabulary (None on the other ranks)."""
+        return self.comm.on_root(Evaluator, self.cfg, self.words, self._pip_reference(), broadcast=False)
+
+    def sync_round(self) -> float:
+        """Combine the ranks' changes of the round; the largest |value| changed."""
+        return self.backend.sync(self.syncer)
+
+    def evaluate(self) -> dict:
+        """Rank 0's evaluation dict (every rank calls this at the same point)."""
+        self.params_to_host()
+        return self.evaluator(self.word_vectors()) if self.comm.is_root else {}
 
     def _pip_reference(self):
         """Computed once by all ranks (cached beside the corpus), before training."""
@@ -900,7 +932,7 @@ class Trainer:
         try:
             for rnd in range(p.round, plan.rounds):
                 words, loss, examples = self.train_round(rnd, bar)
-                max_abs = self.backend.sync(self.syncer)
+                max_abs = self.sync_round()
                 due_by_time = (comm.is_root and cfg.checkpoint_minutes > 0
                                and time.perf_counter() - last_ckpt_time >= 60 * cfg.checkpoint_minutes)
                 totals = RoundTotals.agree(comm, words, loss, examples, self.stop.requested, due_by_time,
@@ -942,7 +974,7 @@ class Trainer:
                 bar.close()
             metrics.close()
         seconds = time.perf_counter() - t_start
-        self.backend.to_host()
+        self.params_to_host()
         self.finish(stopped, ckpt_path, p.words_done - words_at_start, seconds)
         return RunResult(state.w_in, state.w_out, self.words, state.history, seconds, p.words_done,
                          stopped, ckpt_path)
@@ -960,6 +992,7 @@ class Trainer:
         s = self.syncer.stats
         per_rank = self.comm.gather((self.comm.stats.bytes_sent, self.comm.stats.seconds, self.compute_s,
                                      s.comm_seconds, s.array_seconds, s.bytes_sent, self.local_words))
+        evaluation = self.evaluate() if due_eval else None    # every rank: the sharded store gathers rows
         if not self.comm.is_root:
             return None
         p, cfg = self.state.progress, self.cfg
@@ -990,8 +1023,7 @@ class Trainer:
             "sync_bytes": [int(r[5]) for r in per_rank],
         }
         if due_eval:
-            self.backend.to_host()
-            record["eval"] = self.evaluator(self.word_vectors())
+            record["eval"] = evaluation
         return record
 
     def word_vectors(self) -> np.ndarray:
@@ -1002,7 +1034,7 @@ class Trainer:
 
     def save_checkpoint(self, complete: bool) -> str | None:
         """Gather every rank's RNG state and position into the state; rank 0 writes it."""
-        self.backend.to_host()
+        self.params_to_host()
         gathered = self.comm.gather((self.rng.copy(), self.stream.consumed))
         state = self.state
         if self.comm.is_root:
@@ -1028,7 +1060,10 @@ class Trainer:
                     f"{comm.size} rank(s) x {self.plan.threads} thread(s), sync {cfg.sync}, lr x "
                     f"{self.plan.scale}); checkpoint {ckpt_path}")
         if cfg.export and not stopped:
-            comm.on_root(self.export, ckpt_path, broadcast=False)
+            self.export_vectors(ckpt_path)
+
+    def export_vectors(self, ckpt_path: str | None) -> None:
+        self.comm.on_root(self.export, ckpt_path, broadcast=False)
 
     def export(self, ckpt_path: str | None) -> None:
         vectors = os.path.join(self.cfg.out, "vectors.txt")

@@ -116,6 +116,30 @@ def test_word_kinds_have_their_frequencies(demo):
     assert counts[lex.cluster_ids].min() > 0 and counts[lex.markers].min() > 0
 
 
+def test_large_vocabulary_option_makes_a_flat_tail_above_min_count(tmp_path):
+    """--rare-zipf 0 --rare-share: the rare words are drawn uniformly, so almost all of them
+    pass a min-count (the recipe that makes a 2M-word vocabulary, scaled down 200x)."""
+    cfg = SynthConfig(output=str(tmp_path / "big"), tokens=225_000, rare_words=11_000, rare_share=0.5,
+                      rare_zipf=0.0)
+    synth.write_demo(cfg)
+    lex = synth.make_lexicon(cfg, synth._streams(cfg.seed)[0])
+    ids = {w: i for i, w in enumerate(lex.words)}
+    text = (tmp_path / "big" / "demo.txt").read_text().split()
+    counts = np.bincount([ids[w] for w in text], minlength=len(lex.words)).astype(float)
+    drawn = len(text) - counts[lex.markers.ravel()].sum()
+    assert counts[lex.rare_ids].sum() / drawn == pytest.approx(0.5, abs=0.01)
+    f, c, r = synth.kind_shares(cfg)
+    assert f + c + r == pytest.approx(1.0) and f / c == pytest.approx(synth.FUNCTION_SHARE / synth.CONTENT_SHARE)
+    rare = counts[lex.rare_ids]
+    assert rare.mean() == pytest.approx(225_000 * 0.5 / 11_000, rel=0.05)
+    assert rare[:100].mean() == pytest.approx(rare[-100:].mean(), rel=0.3)    # flat, not Zipf
+    assert (rare >= 5).mean() > 0.95              # above min-count 5: the vocabulary is large
+    assert counts[lex.cluster_ids].min() > 0      # the planted clusters and pairs are still there
+    key = json.loads((tmp_path / "big" / "demo-key.json").read_text())
+    assert key["model"]["rare_zipf"] == 0.0 and key["model"]["rare_share"] == 0.5
+    assert key["counts"]["analogy_questions"] > 0
+
+
 # -- lexicon --------------------------------------------------------------------------------
 
 
@@ -207,6 +231,8 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
     (["--tokens", "0"], "--tokens must be > 0"),
     (["--relation-pairs", "30"], "--relation-pairs must be <= --clusters"),
     (["--seed", "-1"], "--seed must be >= 0"),
+    (["--rare-share", "1"], "--rare-share must be in [0, 1)"),
+    (["--rare-zipf", "-1"], "--rare-zipf must be >= 0"),
 ])
 def test_invalid_option_is_one_line(tmp_path, capsys, argv, message):
     rc = synth.main(["--output", str(tmp_path / "out"), *argv])

@@ -202,11 +202,24 @@ def write_word2vec(path: str, words: list[str], vectors: np.ndarray, *, binary: 
     if not all(words):
         raise ValueError("an empty word is not writable as word2vec")
 
+    write_word2vec_blocks(path, words, vectors.shape[1],
+                          (vectors[a:a + 8192] for a in range(0, len(words), 8192)), binary=binary)
+
+
+def write_word2vec_blocks(path: str, words: list[str], dim: int, blocks, *, binary: bool = True) -> None:
+    """:func:`write_word2vec` from ``blocks``, an iterable of float32 row blocks in row order
+    (together one row per word), so a model that no process holds whole (the sharded
+    store) is written piece by piece. The same bytes as :func:`write_word2vec`."""
+    if not all(words):
+        raise ValueError("an empty word is not writable as word2vec")
+
     def chunks():
-        yield f"{len(words)} {vectors.shape[1]}\n".encode()
-        for a in range(0, len(words), 8192):
-            block = vectors[a:a + 8192]
-            names = words[a:a + 8192]
+        yield f"{len(words)} {dim}\n".encode()
+        a = 0
+        for block in blocks:
+            block = np.asarray(block, dtype=np.float32)
+            names = words[a:a + len(block)]
+            a += len(block)
             if _NEEDS_ESCAPE.search("".join(names)):
                 names = [escape_word(w) for w in names]
             if binary:
@@ -217,6 +230,8 @@ def write_word2vec(path: str, words: list[str], vectors: np.ndarray, *, binary: 
                 buf = io.StringIO()
                 np.savetxt(buf, block, fmt="%.9g")
                 yield "".join(f"{w} {row}\n" for w, row in zip(names, buf.getvalue().splitlines())).encode()
+        if a != len(words):
+            raise ValueError(f"{a} rows for {len(words)} words")
 
     _atomic_write(path, chunks())
 

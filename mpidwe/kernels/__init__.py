@@ -42,6 +42,13 @@ Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_
 * ``model``: "skipgram" (word2vec's: each context word's input row predicts the centre word)
   or "cbow" (the mean of the context rows, cbow_mean=1, predicts the centre; each context
   row receives the whole gradient, as word2vec.c and gensim).
+* ``neg_slots`` (cpu only; the sharded store, mpidwe/store.py): int32 [V_global]. The
+  matrices then hold a block's working set, not the vocabulary: ``tokens`` are slots,
+  ``w_in``/``keep_prob``/``touched_in`` cover the block's token rows and ``w_out``/
+  ``touched_out`` those plus the rows only noise words reach, while ``neg_table`` stays the
+  global table and each noise draw is mapped through ``neg_slots``. The draws, and so the
+  updates, are exactly those of the same call on the full matrices (kernels/plan.py lists
+  the rows beforehand).
 * ``shared_negatives`` (skipgram only): one draw of negatives per centre word serves all
   its contexts and the window's gradients are computed from the rows as they were before
   it (Intel pWord2Vec). Faster; a different random stream than the default.

@@ -65,9 +65,15 @@ def split_sentences(sent_starts: np.ndarray, n_tokens: int, threads: int) -> np.
 
 def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, *, model, window, negative, words_total, threads,
-                shared_negatives=False, is_numpy=True, subwords=None) -> None:
+                shared_negatives=False, is_numpy=True, subwords=None, neg_slots=None) -> None:
     """Refuse arguments that would make a lock-free kernel write out of bounds or silently
-    train on copies; cheap next to training (one pass over the block's ids)."""
+    train on copies; cheap next to training (one pass over the block's ids).
+
+    With ``neg_slots`` (the sharded store's working set, mpidwe/store.py) the matrices hold
+    only the block's rows: ``w_in`` the block's token rows (slots [0, T)), ``w_out`` those
+    and then the rows only negatives reach (slots [T, W)); ``tokens`` are slots,
+    ``keep_prob`` and ``touched_in`` have T entries, ``touched_out`` W, and ``neg_table``
+    stays the global [V, 2] table whose draws ``neg_slots`` (int32 [V]) maps to slots."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     if shared_negatives and model != "skipgram":
@@ -77,18 +83,31 @@ def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
                          f"(got {window}, {negative}, {threads})")
     if words_total <= 0:
         raise ValueError(f"words_total must be > 0, got {words_total}")
-    vocab, dim = w_out.shape
-    rows_in = w_in.shape[0]
-    if subwords is None and tuple(w_in.shape) != (vocab, dim):
-        raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {tuple(w_in.shape)}")
-    if subwords is not None:
-        check_subwords(subwords, vocab, rows_in)
-        if w_in.shape[1] != dim:
-            raise ValueError(f"w_in has {w_in.shape[1]} columns, w_out {dim}")
+    if subwords is not None and neg_slots is not None:
+        raise ValueError("the sharded store's working set (neg_slots) does not take subwords")
+    if neg_slots is not None:
+        vocab, dim = w_in.shape
+        rows_in = vocab
+        n_out, n_table = w_out.shape[0], len(neg_slots)
+        if w_out.shape[1] != dim or n_out < vocab:
+            raise ValueError(f"w_out shape {tuple(w_out.shape)} cannot hold the working set of w_in "
+                             f"{(vocab, dim)}")
+        if not (isinstance(neg_slots, np.ndarray) and neg_slots.dtype == np.int32 and neg_slots.ndim == 1):
+            raise TypeError("neg_slots must be a 1-D numpy int32 array")
+    else:
+        vocab, dim = w_out.shape
+        rows_in = w_in.shape[0]
+        n_out = n_table = vocab
+        if subwords is None and tuple(w_in.shape) != (vocab, dim):
+            raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {tuple(w_in.shape)}")
+        if subwords is not None:
+            check_subwords(subwords, vocab, rows_in)
+            if w_in.shape[1] != dim:
+                raise ValueError(f"w_in has {w_in.shape[1]} columns, w_out {dim}")
     if len(rng_state) < threads:
         raise ValueError(f"rng_state has {len(rng_state)} entries for {threads} threads")
-    for name, arr, n in (("keep_prob", keep_prob, vocab), ("neg_table", neg_table, vocab),
-                         ("touched_in", touched_in, rows_in), ("touched_out", touched_out, vocab)):
+    for name, arr, n in (("keep_prob", keep_prob, vocab), ("neg_table", neg_table, n_table),
+                         ("touched_in", touched_in, rows_in), ("touched_out", touched_out, n_out)):
         if len(arr) != n:
             raise ValueError(f"{name} has {len(arr)} rows for a vocabulary of {n}")
     if is_numpy:

@@ -131,13 +131,17 @@ def _update_target(h, out_row, label, grad_h, lr, sigmoid, loss_table, dim):
 
 
 @njit(inline="always")
-def _draw_negatives(state, n_draws, skip, table, negs, w_out):
+def _draw_negatives(state, n_draws, skip, table, negs, w_out, slots):
     """Draw n_draws noise words, dropping any equal to ``skip`` (as word2vec), and start
-    fetching their output rows. Returns (state, how many were kept in negs)."""
+    fetching their output rows. ``slots`` (None, or the sharded store's global id ->
+    working-set row map) turns a drawn word into its row. Returns (state, how many were
+    kept in negs)."""
     kept = 0
     for _ in range(n_draws):
         state = _lcg(state)
         target = _draw_negative(state, table)
+        if slots is not None:      # pruned at compile time for the replicated store
+            target = np.int64(slots[target])
         if target != skip:
             negs[kept] = target
             kept += 1
@@ -387,9 +391,10 @@ def _refresh_lr(progress, tid, local_words, lr0, lr_min, words_done, words_scale
 def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_prob,
                  neg_table, rng_state, tid, progress, window, negative, lr0, lr_min,
                  words_done, words_scale, words_total, touched_in, touched_out,
-                 sigmoid, loss_table, codes, points, lengths):
+                 sigmoid, loss_table, codes, points, lengths, neg_slots):
     """Train sentences [s_lo, s_hi) of the block; returns (loss_sum, n_examples).
-    ``codes``/``points``/``lengths``: the Huffman tree (HS modes; dummies otherwise)."""
+    ``codes``/``points``/``lengths``: the Huffman tree (HS modes; dummies otherwise);
+    ``neg_slots``: None, or the sharded store's global id -> working-set row map."""
     mode = literally(mode)
     dim = literally(dim)
     n_tokens = tokens.shape[0]
@@ -461,7 +466,8 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
                 for c in range(lo, hi + 1):
                     if c == pos:
                         continue
-                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out,
+                                                    neg_slots)
                     loss += _skipgram_pair(w_in, w_out, kept[c], center, negs, n_negs, lr,
                                            grad_h, sigmoid, loss_table, touched_out, dim)
                     _mark(touched_in, kept[c])
@@ -479,13 +485,14 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
                 if mode == SKIPGRAM_SHARED:
                     negs[0] = center                      # the positive is output 0
                     state, n_negs = _draw_negatives(state, negative, center, neg_table,
-                                                    negs[1:], w_out)
+                                                    negs[1:], w_out, neg_slots)
                     loss += _skipgram_window_shared(w_in, w_out, contexts, n_ctx, negs,
                                                     n_negs + 1, lr, scores_g, grad_in, sigmoid,
                                                     loss_table, touched_in, touched_out, dim)
                     n_examples += n_ctx
                 else:
-                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                    state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out,
+                                                    neg_slots)
                     loss += _cbow_center(w_in, w_out, contexts, n_ctx, center, negs, n_negs, lr,
                                          h, grad_h, sigmoid, loss_table, touched_in,
                                          touched_out, dim)
@@ -587,7 +594,7 @@ def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, ke
                         continue
                     _gather(w_in, sub_ptr, sub_ids, kept[c], hbuf, hold, 0, dim)
                     if mode == SKIPGRAM:
-                        state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                        state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out, None)
                         loss += _skipgram_pair(hbuf, w_out, 0, center, negs, n_negs, lr, grad_h,
                                                sigmoid, loss_table, touched_out, dim)
                     else:
@@ -611,13 +618,13 @@ def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, ke
                 continue
             if mode == SKIPGRAM_SHARED:
                 negs[0] = center
-                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs[1:], w_out)
+                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs[1:], w_out, None)
                 loss += _skipgram_window_shared(hbuf, w_out, local, n_ctx, negs, n_negs + 1, lr,
                                                 scores_g, grad_in, sigmoid, loss_table, no_touch,
                                                 touched_out, dim)
                 n_examples += n_ctx
             elif mode == CBOW:
-                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out)
+                state, n_negs = _draw_negatives(state, negative, center, neg_table, negs, w_out, None)
                 loss += _cbow_center(hbuf, w_out, local, n_ctx, center, negs, n_negs, lr, h, grad_h,
                                      sigmoid, loss_table, no_touch, touched_out, dim)
                 n_examples += 1
@@ -643,13 +650,13 @@ def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, ke
 def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
                 model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
                 words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, hs=None, subwords=None):
+                threads=1, shared_negatives=False, hs=None, subwords=None, neg_slots=None):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
     See kernels/__init__.py for the arguments and the determinism contract."""
     check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                 touched_in, touched_out, model=model, window=window, negative=negative,
                 words_total=words_total, threads=threads, shared_negatives=shared_negatives,
-                subwords=subwords)
+                subwords=subwords, neg_slots=neg_slots)
     n_tokens = len(tokens)
     if n_tokens == 0:
         return 0.0, 0, 0
@@ -668,6 +675,8 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
 
     if subwords is not None:
         fixed = fixed + tuple(subwords)
+    else:
+        fixed = fixed + (neg_slots,)
 
     def args(t):
         return (mode, w_in.shape[1], w_in, w_out, tokens, sent_starts, bounds[t], bounds[t + 1],
@@ -696,7 +705,7 @@ def _compiled_chunk(args, sub=False):
     """The machine code of _train_chunk for these argument types, with mode and dim as
     compile-time constants. Calling it directly skips numba's dispatcher, which would
     otherwise re-resolve the literal arguments (seconds) on every call."""
-    key = args[:2] + (sub,)    # check_block fixed every other argument's type
+    key = args[:2] + (sub, sub or args[-1] is None)    # check_block fixed every other argument's type
     compiled = _COMPILED.get(key)
     if compiled is None:
         argtypes = tuple(types.IntegerLiteral(a) if i < 2 else typeof(a) for i, a in enumerate(args))

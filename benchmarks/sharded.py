@@ -1,0 +1,149 @@
+"""--store sharded against --store replicated (issue 10), in the same run, same flags.
+
+    python benchmarks/sharded.py synthetic [--workdir /tmp/bench-sharded] [--ranks 4]
+    python benchmarks/sharded.py enwiki    [--workdir /tmp/bench-sharded] [--ranks 2]
+
+synthetic: the large-vocabulary synthetic corpus (mpidwe.synth --tokens 45000000 --rare-words
+2200000 --rare-share 0.5 --rare-zipf 0: 2.13M words above min-count 5), dim 100, 1 epoch,
+--sync-every 50000, scored on its planted answer key. enwiki: the benchmark hyper-parameters
+of benchmarks/ranks.py, 1 epoch. Each store runs once under mpiexec; every rank reports its
+peak RSS (getrusage ru_maxrss) through this script's --rank-runner mode. Prints, per store:
+peak RSS per rank, bytes sent per trained word (all ranks' communication over the corpus's
+words), words per second (raw tokens x epochs / training seconds, and over the wall time
+of the whole job), quality, and the ratios sharded / replicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+SYNTH = ["--tokens", "45000000", "--rare-words", "2200000", "--rare-share", "0.5", "--rare-zipf", "0"]
+
+
+def rank_runner(rss_dir: str, argv: list[str]) -> int:
+    """One rank: train, then write this process's peak RSS (bytes) to RSS_DIR/rss-RANK."""
+    from mpidwe.train import main
+
+    rc = main(argv)
+    rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    Path(rss_dir, f"rss-{rank}").write_text(str(peak))
+    return rc
+
+
+def prepare_synthetic(workdir: Path) -> tuple[str, list[str], dict]:
+    from ranks import env
+
+    demo = workdir / "synth-large"
+    corpus = workdir / "synth-large.h5"
+    if not (demo / "demo-key.json").exists():
+        subprocess.run([sys.executable, "-m", "mpidwe.synth", "--output", str(demo), "--force", *SYNTH],
+                       check=True, env=env())
+    if not corpus.exists():
+        subprocess.run([sys.executable, "-m", "mpidwe.preprocess", str(demo / "demo.txt"), "--output",
+                        str(corpus)], check=True, env=env())
+    flags = ["--epochs", "1", "--dim", "100", "--sync-every", "50000",
+             "--eval-sim", str(demo / "demo-similarity.tsv"), "--eval-analogy", str(demo / "demo-analogies.txt")]
+    return str(corpus), flags, {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
+
+
+def finished(out: Path, ranks: int) -> bool:
+    rss_dir = out.parent / f"{out.name}-rss"
+    try:
+        last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return False
+    return last["step"] == last["rounds"] and all((rss_dir / f"rss-{r}").exists() for r in range(ranks))
+
+
+def run_store(corpus: str, flags: list[str], names: dict, ranks: int, store: str, out: Path,
+              reuse: bool = False) -> dict:
+    from ranks import env, mpi_launch
+
+    rss_dir = out.parent / f"{out.name}-rss"
+    if reuse and finished(out, ranks):
+        return summarize(out, rss_dir, names, ranks, store, None)
+    out.mkdir(parents=True, exist_ok=True)
+    rss_dir.mkdir(exist_ok=True)
+    for f in rss_dir.iterdir():
+        f.unlink()
+    train = ["--corpus", corpus, "--out", str(out), "--force", "--threads", "1", "--store", store,
+             "--no-progress", "--log-seconds", "0", "--no-verify-corpus", *flags]
+    cmd = mpi_launch(ranks, [str(Path(__file__).resolve()), "--rank-runner", str(rss_dir), "--", *train])
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:]
+        return {"store": store, "exit": proc.returncode, "error": " | ".join(tail)[-400:], "wall_s": wall}
+    (rss_dir / "wall").write_text(str(wall))
+    return summarize(out, rss_dir, names, ranks, store, wall)
+
+
+def summarize(out: Path, rss_dir: Path, names: dict, ranks: int, store: str, wall: float | None) -> dict:
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    if wall is None and (rss_dir / "wall").exists():
+        wall = float((rss_dir / "wall").read_text())
+    rss = [int((rss_dir / f"rss-{r}").read_text()) for r in range(ranks)]
+    return {"store": store, "ranks": ranks, "exit": 0, "rss_mb": [round(x / 2 ** 20) for x in rss],
+            "bytes_per_word": sum(last["comm_bytes"]) / last["words"],
+            "words_per_s": last["words"] / last["seconds"],
+            "words_per_s_wall": last["words"] / wall if wall else None,
+            "train_s": last["seconds"], "wall_s": wall, "loss": last["loss"],
+            "compute_s": max(last["compute_seconds"]), "sync_comm_s": max(last["sync_comm_seconds"]),
+            "sim": last["eval"].get(names["sim"]), "analogy": last["eval"].get(names["analogy"])}
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--rank-runner":
+        sys.exit(rank_runner(sys.argv[2], sys.argv[4:]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kind", choices=["synthetic", "enwiki"])
+    ap.add_argument("--workdir", default="/tmp/bench-sharded")
+    ap.add_argument("--ranks", type=int, default=0, help="default: 4 (synthetic), 2 (enwiki)")
+    ap.add_argument("--stores", default="replicated,sharded")
+    ap.add_argument("--replicated-ranks", type=int, default=0,
+                    help="ranks of the replicated run (default: --ranks). Its peak RSS per rank does not "
+                         "depend on the rank count (four V x d matrices from 2 ranks on), so fewer ranks "
+                         "measure it where P of them would not fit in this machine's memory")
+    ap.add_argument("--reuse", action="store_true", help="reuse a finished run found in the work folder")
+    a = ap.parse_args()
+    workdir = Path(a.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    ranks = a.ranks or (4 if a.kind == "synthetic" else 2)
+    if a.kind == "synthetic":
+        corpus, flags, names = prepare_synthetic(workdir)
+    else:
+        from ranks import prepare
+
+        corpus, flags, names = prepare("enwiki", workdir)
+    rows = {}
+    for store in a.stores.split(","):
+        n = a.replicated_ranks or ranks if store == "replicated" else ranks
+        rows[store] = r = run_store(corpus, flags, names, n, store, workdir / f"{a.kind}-{n}-{store}", a.reuse)
+        print(json.dumps(r), flush=True)
+    if all(r.get("exit") == 0 for r in rows.values()) and len(rows) == 2:
+        rep, sh = rows["replicated"], rows["sharded"]
+        print(json.dumps({
+            "ranks": {"replicated": rep["ranks"], "sharded": sh["ranks"]},
+            "peak_rss_ratio": round(max(sh["rss_mb"]) / max(rep["rss_mb"]), 3),
+            "speed_ratio": round(sh["words_per_s"] / rep["words_per_s"], 3),
+            "wall_speed_ratio": (round(sh["words_per_s_wall"] / rep["words_per_s_wall"], 3)
+                                 if sh["words_per_s_wall"] and rep["words_per_s_wall"] else None),
+            "sim_diff": round(sh["sim"] - rep["sim"], 4), "analogy_diff": round(sh["analogy"] - rep["analogy"], 4),
+        }))
+
+
+if __name__ == "__main__":
+    main()

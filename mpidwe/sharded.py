@@ -1,0 +1,349 @@
+"""``--store sharded``: a model larger than one rank's memory (docs/sync-modes.md, "Sharded store").
+
+Each rank owns every P-th row of both matrices (mpidwe/store.py) and nothing else. A sync
+round is one block:
+
+1. *plan*: the rank takes its words of the round and replays the kernel's random draws
+   (kernels/plan.py) to learn every row the round will touch: its tokens, and the noise
+   words drawn for it in advance. Those rows, mapped to dense slots, are the working set;
+2. *pull*: it asks each owner for its rows of the working set (two ``Alltoallv``: the ids,
+   then the rows) and keeps a copy as the round's base;
+3. *train*: the numba kernel trains the working set in place, its tokens remapped to slots
+   and its noise draws mapped through the same global -> slot table, so it makes exactly
+   the draws and updates the replicated store makes on the full matrices;
+4. *push*: the rows the kernel touched go back to their owners as changes (trained - base;
+   two ``Alltoallv``), and each owner applies the replicated store's sparse rule to them
+   (store.apply_pushed): a row n ranks changed moves by the sum of the changes divided by
+   max(s, n / 2). The result is bit-identical to ``--store replicated --sync sparse`` with
+   one thread per rank, on any number of ranks.
+
+Bulk-synchronous: every round waits for its pull, which sees every push of the round before.
+Checkpoints are one part file per owner plus the usual checkpoint file, whose parameters
+are virtual datasets over the parts (docs/hdf5-format.md); evaluation gathers only the rows
+it scores, and the final export streams the rows to rank 0 in pieces. No rank ever holds a
+V x d matrix; the V-sized arrays it keeps are the vocabulary's (keep probabilities, the
+negative table, the planner's marks and slot map: 15 bytes per word).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from . import checkpoint
+from .comm import Comm
+from .config import TrainConfig
+from .corpus import Corpus
+from .errors import ConfigError, InputError
+from .fsutil import reason
+from .kernels import cpu
+from .kernels.plan import plan_block
+from .store import (WorkingSet, apply_pushed, group_by_owner, owned_count, owned_in_range, working_set)
+from .sync import SyncStats
+from .train import Evaluator, Plan, Trainer, find_checkpoint, rng_seeds
+
+PIECE_ROWS = 8192           # rows per piece of the initialisation stream (bounds its temporaries)
+EXPORT_ROWS = 1024          # rows per piece of the text export: its text is ~4x the rows' bytes, held ~4 times
+
+
+# ------------------------------------------------------------------ the rows a rank owns
+def init_own_rows(vocab_size: int, dim: int, seed: int, rank: int, world: int,
+                  piece_rows: int = PIECE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of train.init_params(vocab_size, dim, seed), bit for bit: the same
+    generator runs over the whole matrix in pieces of rows, and each rank keeps its own."""
+    rng = np.random.default_rng(seed)
+    w_in = np.empty((owned_count(vocab_size, rank, world), dim), dtype=np.float32)
+    for a in range(0, vocab_size, piece_rows):
+        b = min(vocab_size, a + piece_rows)
+        block = rng.random((b - a, dim), dtype=np.float32)
+        i0, i1 = owned_in_range(a, b, rank, world)
+        w_in[i0:i1] = ((block[(rank - a) % world::world] - 0.5) / dim).astype(np.float32)
+    return w_in, np.zeros_like(w_in)
+
+
+def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, vocab_size: int) -> checkpoint.TrainingState:
+    w_in, w_out = init_own_rows(vocab_size, cfg.dim, cfg.seed, comm.rank, comm.size)
+    rngs = np.stack([rng_seeds(cfg.seed, r, plan.threads) for r in range(comm.size)])
+    progress = checkpoint.Progress(round=0, rounds=plan.rounds, words_done=0, words_total=plan.words_total,
+                                   world_size=comm.size, positions=[0] * comm.size, lr=cfg.lr)
+    return checkpoint.TrainingState(w_in, w_out, progress, rngs, [])
+
+
+def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log
+               ) -> tuple[checkpoint.TrainingState | None, dict | None]:
+    """As train.load_state, but rank 0 reads no parameters: every rank reads its own rows,
+    from its part (a sharded checkpoint of as many ranks) or in pieces of any checkpoint."""
+    def find():
+        checkpoint.remove_stale_parts(os.path.join(cfg.out, "checkpoints"), orphans=True)
+        return find_checkpoint(cfg, plan, corpus, comm.size, log, params=False)
+
+    ck = comm.on_root(find, broadcast=False)
+    header = comm.bcast(dict(ck.state.header(), replan=ck.config.get("replan"), path=ck.path, parts=ck.parts)
+                        if comm.is_root and ck is not None else None)
+    if header is None:
+        return None, None
+    record, path, parts = header.pop("replan"), header.pop("path"), header.pop("parts")
+    w_in, w_out = comm.agree(checkpoint.read_rows, path, parts, corpus.n_words, comm.rank, comm.size)
+    if w_in.shape[1] != cfg.dim:
+        raise InputError(f"{path} holds vectors of {w_in.shape[1]} dimensions, --dim is {cfg.dim}")
+    return checkpoint.TrainingState.from_header(header, w_in, w_out), record
+
+
+# ------------------------------------------------------------------ the exchanges
+class ShardStore:
+    """One rank's rows of both matrices and the collectives that move them. Every method is
+    a collective that all ranks call in the same order."""
+
+    def __init__(self, comm: Comm, vocab_size: int, w_in: np.ndarray, w_out: np.ndarray, scale: int):
+        self.comm, self.vocab_size, self.scale = comm, vocab_size, int(scale)
+        self.own = (w_in, w_out)
+        self.dim = w_in.shape[1]
+        self._pos = np.full(len(w_in), -1, dtype=np.int32)
+        self.stats = SyncStats()
+        self.rows_pulled = 0
+        self.rows_pushed = 0
+
+    def _pull(self, ids: np.ndarray, mats: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Rows ``ids`` of the owners' ``mats`` (side by side), in the order of ``ids``."""
+        p = self.comm.size
+        order, counts = group_by_owner(ids, p)
+        asked, asked_counts = self.comm.alltoallv(ids[order], counts)
+        local = asked // p
+        rows = mats[0][local] if len(mats) == 1 else np.concatenate([m[local] for m in mats], axis=1)
+        got, _ = self.comm.alltoallv(rows, asked_counts, recv_counts=counts)
+        out = np.empty_like(got)
+        out[order] = got
+        return out
+
+    def pull(self, ws: WorkingSet) -> tuple[np.ndarray, np.ndarray]:
+        """The working set's rows: input rows of its tokens [T, d], output rows of all [W, d]."""
+        t, c = time.perf_counter(), self.comm.stats.seconds
+        d = self.dim
+        both = self._pull(ws.ids[:ws.n_in], self.own)
+        only_out = self._pull(ws.ids[ws.n_in:], self.own[1:])
+        ws_in = np.ascontiguousarray(both[:, :d])
+        ws_out = np.empty((ws.size, d), dtype=np.float32)
+        ws_out[:ws.n_in] = both[:, d:]
+        ws_out[ws.n_in:] = only_out
+        self.rows_pulled += ws.size + ws.n_in
+        self._account(t, c)
+        return ws_in, ws_out
+
+    def push(self, ws: WorkingSet, trained, base, touched) -> float:
+        """Send the touched rows' changes (a world of one: the rows) to their owners, who
+        apply them; returns the largest |value| written on any row this rank owns."""
+        t, c = time.perf_counter(), self.comm.stats.seconds
+        p, biggest = self.comm.size, 0.0
+        for own, mat, b, mask in zip(self.own, trained, base, touched):
+            sel = np.flatnonzero(mask)
+            rows = ws.ids[sel]
+            values = mat[sel] if p == 1 else mat[sel] - b[sel]
+            order, counts = group_by_owner(rows, p)
+            got_rows, got_counts = self.comm.alltoallv(rows[order], counts)
+            got_values, _ = self.comm.alltoallv(values[order], counts, recv_counts=got_counts)
+            n = len(got_rows)
+            self.rows_pushed += len(rows)
+            biggest = max(biggest, apply_pushed(
+                own, got_rows // p, got_values, got_counts, self.scale, p == 1, self._pos,
+                np.empty((n, self.dim), np.float32), np.empty(n, np.int32), np.empty(n, np.int64)))
+        self.stats.syncs += 1
+        self._account(t, c)
+        return float(biggest)
+
+    def _account(self, t: float, c: float) -> None:
+        self.stats.seconds += time.perf_counter() - t
+        self.stats.comm_seconds += self.comm.stats.seconds - c
+
+    def gather_rows(self, ids: np.ndarray, matrix: int = 0) -> np.ndarray | None:
+        """Rank 0: rows ``ids`` (sorted, unique) of one matrix; None elsewhere."""
+        p, r = self.comm.size, self.comm.rank
+        mine = ids[ids % p == r]
+        parts = self.comm.gather((mine, self.own[matrix][mine // p]))
+        if not self.comm.is_root:
+            return None
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
+        for got_ids, values in parts:
+            out[np.searchsorted(ids, got_ids)] = values
+        return out
+
+    def row_blocks(self, matrix: int = 0, piece_rows: int = PIECE_ROWS):
+        """Rank 0: the whole matrix in row order, ``piece_rows`` rows at a time (None on the
+        other ranks, which must consume the generator as far: it is a collective)."""
+        p, r = self.comm.size, self.comm.rank
+        for a in range(0, self.vocab_size, piece_rows):
+            if a:
+                # flow control: without it the other ranks send piece after piece while rank 0
+                # formats text, and MPI queues them all in rank 0's memory (measured: +300 MB
+                # for a 413 MB matrix on 6 ranks); now they wait until it asks for the next
+                self.comm.barrier()
+            b = min(self.vocab_size, a + piece_rows)
+            i0, i1 = owned_in_range(a, b, r, p)
+            parts = self.comm.gather(self.own[matrix][i0:i1])
+            if not self.comm.is_root:
+                yield None
+                continue
+            block = np.empty((b - a, self.dim), dtype=np.float32)
+            for owner, rows in enumerate(parts):
+                block[(owner - a) % p::p] = rows
+            yield block
+
+
+# ------------------------------------------------------------------ the trainer
+class ShardedTrainer(Trainer):
+    """The round loop of train.Trainer over a ShardStore: a round plans, pulls, trains the
+    working set and pushes it (module docstring)."""
+
+    def setup_params(self, v: int) -> None:
+        if self.plan.kernel != "numba":
+            raise ConfigError("--store sharded needs the numba kernel (--device cpu)")
+        self.store = self.syncer = ShardStore(self.comm, v, self.state.w_in, self.state.w_out, self.plan.scale)
+        self.touched = []
+        self._marks = (np.zeros(v, dtype=np.uint8), np.zeros(v, dtype=np.uint8))
+        self._slots = np.full(v, -1, dtype=np.int32)
+        self._round = None        # (working set, trained rows, base rows, touched masks)
+        self.ws_rows = 0          # the largest working set so far (rows)
+
+    def params_to_host(self) -> None:
+        """Nothing to copy: the owned rows are host arrays."""
+
+    def kernel_args(self) -> dict:
+        cfg = self.cfg
+        return dict(model=cfg.model, window=cfg.window, negative=cfg.negative, threads=self.plan.threads,
+                    shared_negatives=self.shared_negatives)
+
+    def train_round(self, rnd: int, bar) -> tuple[int, float, float]:
+        cfg, p = self.cfg, self.state.progress
+        pieces, scale = self.round_pieces(rnd)
+        pieces = list(pieces)            # the round's words, known before it trains
+        t = time.perf_counter()
+        planned = self.rng.copy()
+        for tokens, starts in pieces:
+            plan_block(tokens, starts, self.keep, self.table, planned, *self._marks, **self.kernel_args())
+        ws = working_set(*self._marks, self._slots)
+        self.ws_rows = max(self.ws_rows, ws.size)
+        plan_s = time.perf_counter() - t
+        ws_in, ws_out = self.store.pull(ws)
+        base = (ws_in.copy(), ws_out.copy()) if self.comm.size > 1 else (None, None)
+        touched = (np.zeros(ws.n_in, dtype=np.uint8), np.zeros(ws.size, dtype=np.uint8))
+        keep = np.ascontiguousarray(self.keep[ws.ids[:ws.n_in]])
+        t = time.perf_counter()
+        words, loss, examples = 0, 0.0, 0.0
+        for tokens, starts in pieces:
+            l, n_ex, n_words = cpu.train_block(
+                ws_in, ws_out, self._slots[tokens], starts, keep, self.table, self.rng, lr0=self.local_lr,
+                lr_min=self.local_lr * cfg.min_lr_ratio, words_done=p.words_done + scale * words,
+                words_scale=scale, words_total=self.plan.words_total, touched_in=touched[0],
+                touched_out=touched[1], neg_slots=self._slots, **self.kernel_args())
+            words += n_words
+            self.local_words += n_words
+            loss += l
+            examples += n_ex
+            if bar is not None:
+                bar.update(n_words * self.comm.size)
+        if not np.array_equal(planned, self.rng):
+            raise AssertionError("the planner's random stream differs from the kernel's")
+        seconds = time.perf_counter() - t + plan_s
+        self.compute_s += seconds
+        self.round_speed = words / seconds if words and seconds > 0 else 0.0
+        self._round = (ws, (ws_in, ws_out), base, touched)
+        return words, loss, examples
+
+    def sync_round(self) -> float:
+        ws, trained, base, touched = self._round
+        self._round = None
+        return self.store.push(ws, trained, base, touched)
+
+    def metrics_record(self, *args, **kwargs) -> dict | None:
+        """The replicated record, plus per rank the largest working set so far (rows) and the
+        rows pulled and pushed since the start."""
+        record = super().metrics_record(*args, **kwargs)
+        per_rank = self.comm.gather((self.ws_rows, self.store.rows_pulled, self.store.rows_pushed))
+        if record is not None:
+            record["working_set_rows"] = [int(r[0]) for r in per_rank]
+            record["rows_pulled"] = [int(r[1]) for r in per_rank]
+            record["rows_pushed"] = [int(r[2]) for r in per_rank]
+        return record
+
+    # ---------------------------------------------------------------- evaluation
+    def make_evaluator(self):
+        """Rank 0's Evaluator over the rows evaluation reads: the most frequent words (the
+        analogy search space and the PIP reference) and the words of the evaluation files,
+        in vocabulary order; every rank learns their ids (gathered at each evaluation)."""
+        cfg = self.cfg
+        ids = self.comm.on_root(_eval_ids, cfg, self.words) if (cfg.eval_sim or cfg.eval_analogy
+                                                                or cfg.eval_pip) else np.zeros(0, np.int64)
+        self.eval_ids = ids
+        reference = self._pip_reference()
+        return self.comm.on_root(Evaluator, cfg, [self.words[i] for i in ids], reference, broadcast=False)
+
+    def evaluate(self) -> dict:
+        rows = self.store.gather_rows(self.eval_ids) if len(self.eval_ids) else np.zeros((0, self.cfg.dim),
+                                                                                         np.float32)
+        return self.evaluator(rows) if self.comm.is_root else {}
+
+    # ---------------------------------------------------------------- checkpoint, export
+    def save_checkpoint(self, complete: bool) -> str | None:
+        """Every owner writes its part; rank 0 then writes the checkpoint that joins them."""
+        gathered = self.comm.gather((self.rng.copy(), self.stream.consumed))
+        state, comm = self.state, self.comm
+        if comm.is_root:
+            width = max(len(g[0]) for g in gathered)
+            state.rng_state = np.zeros((comm.size, width), dtype=np.uint64)
+            for r, (st, _) in enumerate(gathered):
+                state.rng_state[r, :len(st)] = st
+            state.progress.positions = [int(g[1]) for g in gathered]
+        directory = os.path.join(self.cfg.out, "checkpoints")
+        part = comm.agree(checkpoint.save_part, directory, state.progress.round, comm.rank, comm.size,
+                          len(self.words), state.w_in, state.w_out)
+        parts = comm.gather(part)
+        ck = checkpoint.Checkpoint(state=state, words=self.words, counts=self.corpus.counts,
+                                   config=self.plan.resolved, corpus_id=self.corpus.corpus_id,
+                                   corpus_path=self.corpus.path, complete=complete)
+        return comm.on_root(checkpoint.save, directory, ck, keep=self.cfg.keep_checkpoints, parts=parts)
+
+    def export_vectors(self, ckpt_path: str | None) -> None:
+        """vectors.txt from rows streamed to rank 0 in pieces; every rank learns of a failure."""
+        from .evaluate.vectors import write_word2vec_blocks
+
+        vectors = os.path.join(self.cfg.out, "vectors.txt")
+        blocks = self.store.row_blocks(0, EXPORT_ROWS)
+        failed = None
+        if self.comm.is_root:
+            try:
+                write_word2vec_blocks(vectors, self.words, self.cfg.dim, blocks, binary=False)
+            except (OSError, InputError) as e:
+                failed = reason(e) if isinstance(e, OSError) else str(e)
+        for _ in blocks:            # the other ranks (and rank 0 after a failure) finish the stream
+            pass
+
+        def report():
+            if failed is not None:
+                raise InputError(f"training finished and {ckpt_path} holds the model, but writing the vectors "
+                                 f"failed ({failed}); export them later with python -m mpidwe.inspect "
+                                 f"{self.cfg.out} export -o FILE")
+            if self.log:
+                self.log(f"wrote {vectors}")
+                history = self.state.history
+                if history and history[-1].get("eval"):
+                    import json
+
+                    self.log("evaluation: " + json.dumps(history[-1]["eval"], sort_keys=True))
+        self.comm.on_root(report, broadcast=False)
+
+
+def _eval_ids(cfg: TrainConfig, words: list[str]) -> np.ndarray:
+    """Ids of the most frequent ``eval_restrict_vocab`` words and of every word (as written
+    or lowercased) the evaluation files name."""
+    wanted: set[str] = set()
+    for path in (*cfg.eval_sim, *cfg.eval_analogy):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for token in fh.read().split():
+                    wanted.update((token, token.lower()))
+        except OSError:
+            pass                     # Evaluator reports the unreadable file
+    top = min(len(words), cfg.eval_restrict_vocab)
+    extra = [i for i in range(top, len(words)) if words[i] in wanted]
+    return np.concatenate((np.arange(top, dtype=np.int64), np.array(extra, dtype=np.int64)))
