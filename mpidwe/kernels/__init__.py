@@ -14,6 +14,10 @@ All three have the same entry point::
         words_done, words_scale, words_total, touched_in, touched_out,
         threads=1, shared_negatives=False, hs=None)
 
+torch_kernel takes three more keywords: ``batch_size`` (centre words per batch),
+``duplicate_steps`` (how a batch divides a row's repeated updates; None: adaptive) and
+``tables`` (a ``DeviceTables`` holding keep_prob and neg_table on the device, built once).
+
 Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_kernel):
 
 * ``w_in``, ``w_out``: float32 [V, dim], C-contiguous, updated IN PLACE. The caller
