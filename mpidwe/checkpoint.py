@@ -102,7 +102,6 @@ class Checkpoint:
     created: str = ""
     tool_version: str = ""
     complete: bool = False
-    content: str = ""              # the file's content_sha256 (files that carry one)
 
     # the parts readers use most, without reaching through ``state``
     @property
@@ -253,7 +252,7 @@ def load(path: str, *, verify: bool = True) -> Checkpoint:
                 config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
                 corpus_path=_str(f.attrs[A_CORPUS_PATH]), path=path,
                 created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
-                complete=bool(f.attrs.get(A_COMPLETE, False)), content=_str(f.attrs.get(A_CONTENT, "")))
+                complete=bool(f.attrs.get(A_COMPLETE, False)))
     except InputError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
