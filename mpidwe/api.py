@@ -309,7 +309,7 @@ def load(path, *, matrix: str = "input", warn=None) -> WordVectors:
     ck = read_checkpoint(path, warn=warn or _log.warning)
     run_dir = path if kind == "run" else _run_dir_of(ck.path)
     oov = oov_model(ck.config, ck.words, ck.w_in, ck)
-    vectors = _matrix(ck, matrix, oov.word_vectors() if oov is not None else None)
+    vectors = _matrix(ck, matrix, oov.word_vectors() if isinstance(oov, SubwordOOV) else None)
     return WordVectors(ck.words, vectors, ck.counts, path=path, checkpoint=ck,
                        run_dir=run_dir, matrix=matrix, oov=oov)
 
@@ -331,17 +331,12 @@ class SubwordOOV:
 
 
 def oov_model(config: dict, words, w_in, ck=None):
-    """The OOV model of a checkpoint, or None: its subwords (from its configuration and
-    input rows), else a character generator fit to it (``python -m mpidwe.chargen``, the
-    file beside the checkpoint)."""
+    """The OOV model of a checkpoint (its subwords, from its configuration and input rows),
+    or None. ``ck``: the checkpoint itself, for models kept beside it (none yet)."""
     if config.get("subwords"):
         from .subwords import build_table
 
         return SubwordOOV(build_table(list(words), config["minn"], config["maxn"], config["buckets"]), w_in)
-    if ck is not None and ck.path and os.path.exists(ck.path + ".chargen.h5"):
-        from . import chargen
-
-        return chargen.load(chargen.path_for(ck.path), ck.content)
     return None
 
 
@@ -390,7 +385,7 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     result = train_module.run(cfg, Comm.world(), log=log)
     counts = _corpus_counts(cfg.corpus or os.path.join(train_module.DEMO_DIR, "corpus.h5"), len(result.words))
     oov = oov_model(to_dict(cfg), result.words, result.w_in)
-    w_in = oov.word_vectors() if oov is not None else result.w_in
+    w_in = oov.word_vectors() if isinstance(oov, SubwordOOV) else result.w_in
     w = {"input": w_in, "output": result.w_out}.get(matrix)
     if w is None:
         w = w_in + result.w_out

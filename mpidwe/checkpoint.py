@@ -114,7 +114,6 @@ class Checkpoint:
     created: str = ""
     tool_version: str = ""
     complete: bool = False
-    content: str = ""              # the file's content_sha256 (files that carry one)
     parts: list[dict] = field(default_factory=list)   # a sharded checkpoint's part files
 
     # the parts readers use most, without reaching through ``state``
@@ -462,8 +461,7 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
                 config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
                 corpus_path=_str(f.attrs[A_CORPUS_PATH]), path=path,
                 created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
-                complete=bool(f.attrs.get(A_COMPLETE, False)), content=_str(f.attrs.get(A_CONTENT, "")),
-                parts=parts)
+                complete=bool(f.attrs.get(A_COMPLETE, False)), parts=parts)
     except InputError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:

@@ -162,8 +162,8 @@ def print_vectors_summary(s: dict) -> None:
 
 
 # -------------------------------------------------------------------- queries
-NO_OOV = ("these vectors have no model for words outside the vocabulary (train with --subwords, or "
-          "fit a character generator to a checkpoint with python -m mpidwe.chargen RUN_DIR)")
+NO_OOV = ("these vectors have no model for words outside the vocabulary (train with --subwords "
+          "for one)")
 
 
 def unknown(vecs: WordVectors, words) -> list[str]:

@@ -794,6 +794,8 @@ class Trainer:
         self.keep = keep_probabilities(corpus.counts, cfg.sample).astype(np.float32)
         self.table = negative_table(corpus.counts)
         # hierarchical softmax: the Huffman tree of the counts, rebuilt on every rank at every start
+        if cfg.loss == "hs" and corpus.n_words < 2:
+            raise InputError(f"--loss hs needs a vocabulary of at least 2 words; {corpus.path} has {corpus.n_words}")
         self.loss_kw = {"hs": build_tree(corpus.counts).tables()} if cfg.loss == "hs" else {}
         # --subwords: every word's input rows (its own, then its n-grams'), rebuilt from the words
         self.subwords = build_table(self.words, cfg.minn, cfg.maxn, cfg.buckets) if cfg.subwords else None

@@ -142,3 +142,16 @@ def test_an_hs_run_is_inspected_and_exported_by_its_input_vectors(demo, tmp_path
     assert proc.returncode == 2 and "hierarchical softmax" in proc.stderr and not (tmp_path / "v.txt").exists()
     proc = run_py(["-m", "mpidwe.inspect", str(out), "export", "-o", str(tmp_path / "v.txt")])
     assert proc.returncode == 0 and (tmp_path / "v.txt").exists()
+
+
+def test_hs_refuses_a_one_word_vocabulary(tmp_path):
+    from mpidwe.config import PreprocessConfig
+    from mpidwe.errors import InputError
+    from mpidwe.preprocess import run as preprocess
+
+    (tmp_path / "one.txt").write_text("same same same same\n" * 20)
+    preprocess(PreprocessConfig(inputs=(str(tmp_path / "one.txt"),), output=str(tmp_path / "one.h5"), min_count=1),
+               Comm.serial(), log=None)
+    with pytest.raises(InputError, match="at least 2 words"):
+        train(TrainConfig(corpus=str(tmp_path / "one.h5"), out=str(tmp_path / "r"), loss="hs", threads=1,
+                          progress=False), Comm.serial(), log=None)

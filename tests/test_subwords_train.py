@@ -153,3 +153,21 @@ def test_subwords_refuse_the_torch_kernel_and_bad_ngram_lengths():
         TrainConfig(subwords=True, kernel="torch")
     with pytest.raises(ConfigError, match="minn <= maxn"):
         TrainConfig(subwords=True, minn=5, maxn=3)
+
+
+def test_evaluate_answers_oov_pairs_with_the_flag(demo, trained, tmp_path):
+    out, _ = trained
+    vecs = mpidwe.load(str(out))
+    changed, original = misspelt(vecs, clusters(demo))[0]
+    pairs = tmp_path / "pairs.tsv"
+    words = vecs.words[:6]
+    pairs.write_text("".join(f"{a}\t{b}\t{i}\n" for i, (a, b) in enumerate(zip(words, words[1:]))) +
+                     f"{changed}\t{original}\t9\n")
+    plain = run_py(["-m", "mpidwe.evaluate", str(out / "vectors.txt"), "--similarity", str(pairs), "--json"])
+    oov = run_py(["-m", "mpidwe.evaluate", str(out), "--similarity", str(pairs), "--json", "--oov"])
+    assert plain.returncode == 0 and oov.returncode == 0, (plain.stderr, oov.stderr)
+    assert json.loads(plain.stdout)["similarity"][0]["covered"] == 5
+    assert json.loads(oov.stdout)["similarity"][0]["covered"] == 6
+    proc = run_py(["-m", "mpidwe.evaluate", str(out / "vectors.txt"), "--similarity", str(pairs), "--oov"])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "no model for words outside the vocabulary" in lines[0]

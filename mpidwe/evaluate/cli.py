@@ -94,9 +94,33 @@ def score_pip(cfg: EvaluateConfig, comm: Comm, words: list[str], vectors: np.nda
             "missing_examples": missing[:MISSING_SHOWN], "seconds": round(time.perf_counter() - t, 3)}
 
 
+def with_oov_rows(cfg: EvaluateConfig) -> tuple[list[str], np.ndarray]:
+    """--oov: the vocabulary's words and vectors, followed by a row for every word of the
+    similarity files that the vocabulary lacks, from the checkpoint's OOV model."""
+    from ..api import load
+
+    vecs = load(cfg.vectors)
+    if vecs.oov is None:
+        raise InputError(f"--oov: {cfg.vectors} has no model for words outside the vocabulary (a run "
+                         f"directory or checkpoint trained with --subwords has one)")
+    missing = []
+    for path in cfg.similarity:
+        for a, b, _ in read_similarity(path):
+            for w in (a, b):
+                if w not in vecs.index and w.lower() not in vecs.index and w not in missing:
+                    missing.append(w)
+    if not missing:
+        return vecs.words, vecs.vectors
+    extra = np.stack([vecs.oov.vector(w) for w in missing]).astype(np.float32)
+    return vecs.words + missing, np.concatenate([vecs.vectors, extra])
+
+
 def run(cfg: EvaluateConfig, comm: Comm, *, log=None) -> dict:
     """All requested evaluations; the full result dict on rank 0 (PIP only elsewhere)."""
-    words, vectors = comm.agree(load_vectors, cfg.vectors)  # refuses vectors that are all nan/inf
+    if cfg.oov:
+        words, vectors = comm.agree(with_oov_rows, cfg)
+    else:
+        words, vectors = comm.agree(load_vectors, cfg.vectors)  # refuses vectors that are all nan/inf
     bad = nonfinite_rows(vectors)
     skipped = int(bad.sum())
     if skipped and log:

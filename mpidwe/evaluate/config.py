@@ -33,6 +33,9 @@ class EvaluateConfig:
     negative: int = opt(5, "the reference is max(PMI - log k, 0) with k = this (use the training --negative)")
     pip_cache: bool = opt(True, "read and write the reference cache beside the corpus")
     json: bool = opt(False, "print the results as one JSON object (for scripts)")
+    oov: bool = opt(False, "answer similarity pairs with words outside the vocabulary instead of skipping "
+                    "them, from the OOV model of VECTORS (a run directory or checkpoint trained with "
+                    "--subwords)")
 
     def __post_init__(self):
         if not self.vectors:
