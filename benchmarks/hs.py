@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from train import DATA, HYPER, env, run_mpidwe, score  # noqa: E402  (benchmarks/train.py)
+from train import DATA, HYPER, env, prepare, run_mpidwe, score, warm_corpus  # noqa: E402  (benchmarks/train.py)
 
 
 def run_gensim_hs(text: str, out: str, epochs: int, seed: int, model: str, corpus_file: bool) -> float:
@@ -50,48 +50,6 @@ m.wv.save_word2vec_format({out!r})
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), check=True)
     return float(proc.stdout.split("SECONDS")[1].split()[0])
-
-
-def prepare(a, work: str) -> tuple[str, str, int]:
-    """The corpus (mpidwe) and the same normalised text (gensim), made once per workdir."""
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig
-    from mpidwe.corpus import Corpus
-    from mpidwe.preprocess import run as preprocess
-    from mpidwe.text import ScanStats, TextOptions, describe_source, scan_range
-
-    corpus = os.path.join(work, "corpus.h5")
-    text = os.path.join(work, "normalised.txt")
-    if not os.path.exists(corpus):
-        preprocess(PreprocessConfig(inputs=(a.input,), output=corpus, normalize="text8", strip_doc_tags=True,
-                                    min_count=HYPER["min_count"]), Comm.serial())
-    if not os.path.exists(text):
-        src = describe_source(a.input)
-        with open(text + ".tmp", "wb") as fh:
-            for toks, nl in scan_range(src, 0, src.size, True, TextOptions("text8", False, True), ScanStats()):
-                if toks:
-                    fh.write(b" ".join(toks) + b" ")
-                if nl:
-                    fh.write(b"\n")
-        os.replace(text + ".tmp", text)
-    with Corpus(corpus) as c:
-        raw = int(c.attrs["raw_tokens"])
-    return corpus, text, raw
-
-
-def warm_corpus(work: str) -> str:
-    """A small demo corpus to compile the kernels on, made once per workdir."""
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig, SynthConfig
-    from mpidwe.preprocess import run as preprocess
-    from mpidwe.synth import write_demo
-
-    warm = os.path.join(work, "warmup")
-    if not os.path.exists(os.path.join(warm, "corpus.h5")):
-        write_demo(SynthConfig(output=warm, tokens=200_000, force=True))
-        preprocess(PreprocessConfig(inputs=(os.path.join(warm, "demo.txt"),), output=os.path.join(warm, "corpus.h5")),
-                   Comm.serial(), log=None)
-    return warm
 
 
 def warm_up(work: str, seed: int) -> None:

@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from hs import prepare, warm_corpus  # noqa: E402
-from train import DATA, HYPER, env, run_mpidwe, score  # noqa: E402
+from train import DATA, HYPER, env, prepare, run_mpidwe, score, warm_corpus  # noqa: E402
 
 LR = 0.05
 SUB = dict(minn=3, maxn=6, buckets=2_000_000)

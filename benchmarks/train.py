@@ -82,6 +82,47 @@ def run_mpidwe(corpus: str, out: str, ranks: int, threads: int, sync: str, epoch
     last = json.loads(Path(out, "metrics.jsonl").read_text().splitlines()[-1])
     return float(last["seconds"]), last
 
+def prepare(a, work: str) -> tuple[str, str, int]:
+    """The corpus (mpidwe) and the same normalised text (gensim), made once per workdir."""
+    from mpidwe.comm import Comm
+    from mpidwe.config import PreprocessConfig
+    from mpidwe.corpus import Corpus
+    from mpidwe.preprocess import run as preprocess
+    from mpidwe.text import ScanStats, TextOptions, describe_source, scan_range
+
+    corpus = os.path.join(work, "corpus.h5")
+    text = os.path.join(work, "normalised.txt")
+    if not os.path.exists(corpus):
+        preprocess(PreprocessConfig(inputs=(a.input,), output=corpus, normalize="text8", strip_doc_tags=True,
+                                    min_count=HYPER["min_count"]), Comm.serial())
+    if not os.path.exists(text):
+        src = describe_source(a.input)
+        with open(text + ".tmp", "wb") as fh:
+            for toks, nl in scan_range(src, 0, src.size, True, TextOptions("text8", False, True), ScanStats()):
+                if toks:
+                    fh.write(b" ".join(toks) + b" ")
+                if nl:
+                    fh.write(b"\n")
+        os.replace(text + ".tmp", text)
+    with Corpus(corpus) as c:
+        raw = int(c.attrs["raw_tokens"])
+    return corpus, text, raw
+
+
+def warm_corpus(work: str) -> str:
+    """A small demo corpus to compile the kernels on, made once per workdir."""
+    from mpidwe.comm import Comm
+    from mpidwe.config import PreprocessConfig, SynthConfig
+    from mpidwe.preprocess import run as preprocess
+    from mpidwe.synth import write_demo
+
+    warm = os.path.join(work, "warmup")
+    if not os.path.exists(os.path.join(warm, "corpus.h5")):
+        write_demo(SynthConfig(output=warm, tokens=200_000, force=True))
+        preprocess(PreprocessConfig(inputs=(os.path.join(warm, "demo.txt"),), output=os.path.join(warm, "corpus.h5")),
+                   Comm.serial(), log=None)
+    return warm
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -93,44 +134,19 @@ def main() -> int:
     p.add_argument("--sync-every", type=int, default=None)
     p.add_argument("--skip-gensim", action="store_true")
     a = p.parse_args()
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig
     from mpidwe.corpus import Corpus
-    from mpidwe.preprocess import run as preprocess
-    from mpidwe.text import ScanStats, TextOptions, describe_source, scan_range
 
     work = a.workdir or tempfile.mkdtemp(prefix="mpidwe-bench-")
     os.makedirs(work, exist_ok=True)
-    corpus = os.path.join(work, "corpus.h5")
-    text = os.path.join(work, "normalised.txt")
-    if not os.path.exists(corpus):
-        preprocess(PreprocessConfig(inputs=(a.input,), output=corpus, normalize="text8", strip_doc_tags=True,
-                                    min_count=HYPER["min_count"]), Comm.serial())
-    if not os.path.exists(text):  # the same normalised text for gensim, one line per input line
-        src = describe_source(a.input)
-        with open(text + ".tmp", "wb") as fh:
-            for toks, nl in scan_range(src, 0, src.size, True, TextOptions("text8", False, True), ScanStats()):
-                if toks:
-                    fh.write(b" ".join(toks) + b" ")
-                if nl:
-                    fh.write(b"\n")
-        os.replace(text + ".tmp", text)
+    corpus, text, raw_tokens = prepare(a, work)
     with Corpus(corpus) as c:
-        raw_tokens = int(c.attrs["raw_tokens"])
         kept = c.n_tokens
     words = raw_tokens * a.epochs
     print(f"corpus: {a.input}: {raw_tokens:,} raw tokens ({kept:,} in vocabulary), epochs {a.epochs}, "
           f"hyperparameters {HYPER}")
 
     # warm-up: compile the kernels once (numba caches them on disk)
-    from mpidwe.config import SynthConfig
-    from mpidwe.synth import write_demo
-
-    warm = os.path.join(work, "warmup")
-    if not os.path.exists(os.path.join(warm, "corpus.h5")):
-        write_demo(SynthConfig(output=warm, tokens=200_000, force=True))
-        preprocess(PreprocessConfig(inputs=(os.path.join(warm, "demo.txt"),), output=os.path.join(warm, "corpus.h5")),
-                   Comm.serial(), log=None)
+    warm = warm_corpus(work)
     run_mpidwe(os.path.join(warm, "corpus.h5"), os.path.join(warm, "run"), 1, 2, "sparse", 1, a.seed, ["--no-export"])
 
     layouts = [("1x2", 1, 2, "sparse", []), ("2x1-sparse", 2, 1, "sparse", []), ("2x1-dense", 2, 1, "dense", []),

@@ -359,6 +359,17 @@ def _cbow_center_hs(w_in, w_out, contexts, n_ctx, codes, points, length, center,
 
 # ------------------------------------------------------------------ the sentence loop
 @njit(inline="always")
+def _longest_sentence(sent_starts, s_lo, s_hi, n_tokens):
+    """Tokens in the longest of sentences [s_lo, s_hi): the size of a chunk's buffers."""
+    n_starts = sent_starts.shape[0]
+    longest = 0
+    for si in range(s_lo, s_hi):
+        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
+        longest = max(longest, end - sent_starts[si])
+    return longest
+
+
+@njit(inline="always")
 def _subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, raw_base):
     """Drop frequent words per occurrence (one draw only for words with keep < 1).
     kept[:n] are the surviving ids, raw_pos[:n] their raw offsets in this chunk."""
@@ -399,10 +410,7 @@ def _train_chunk(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, keep_p
     dim = literally(dim)
     n_tokens = tokens.shape[0]
     n_starts = sent_starts.shape[0]
-    longest = 0
-    for si in range(s_lo, s_hi):
-        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
-        longest = max(longest, end - sent_starts[si])
+    longest = _longest_sentence(sent_starts, s_lo, s_hi, n_tokens)
     kept = np.empty(longest, np.int32)
     raw_pos = np.empty(longest, np.int64)
     contexts = np.empty(2 * window, np.int64)
@@ -550,10 +558,7 @@ def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, ke
     dim = literally(dim)
     n_tokens = tokens.shape[0]
     n_starts = sent_starts.shape[0]
-    longest = 0
-    for si in range(s_lo, s_hi):
-        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
-        longest = max(longest, end - sent_starts[si])
+    longest = _longest_sentence(sent_starts, s_lo, s_hi, n_tokens)
     kept = np.empty(longest, np.int32)
     raw_pos = np.empty(longest, np.int64)
     contexts = np.empty(2 * window, np.int64)

@@ -24,7 +24,8 @@ import numpy as np
 from numba import njit
 
 from .common import split_sentences
-from .cpu import CBOW, SKIPGRAM, SKIPGRAM_SHARED, _below, _draw_negative, _lcg, _uniform
+from .cpu import (CBOW, SKIPGRAM, SKIPGRAM_SHARED, _below, _draw_negative, _lcg, _longest_sentence,
+                  _subsample)
 
 
 @njit(nogil=True, cache=True)
@@ -32,26 +33,16 @@ def _plan_chunk(mode, tokens, sent_starts, s_lo, s_hi, keep_prob, neg_table, rng
                 window, negative, mark_in, mark_out):
     n_tokens = tokens.shape[0]
     n_starts = sent_starts.shape[0]
-    longest = 0
-    for si in range(s_lo, s_hi):
-        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
-        longest = max(longest, end - sent_starts[si])
+    longest = _longest_sentence(sent_starts, s_lo, s_hi, n_tokens)
     kept = np.empty(longest, np.int64)
+    raw_pos = np.empty(longest, np.int64)        # the kernel's learning-rate positions: unused here
     state = rng_state[tid]
     for si in range(s_lo, s_hi):
         beg = sent_starts[si]
         end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
-        n = 0
         for i in range(beg, end):
-            word = tokens[i]
-            mark_in[word] = 1
-            keep = keep_prob[word]
-            if keep < 1.0:
-                state = _lcg(state)
-                if _uniform(state) > keep:
-                    continue
-            kept[n] = word
-            n += 1
+            mark_in[tokens[i]] = 1
+        n, state = _subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, 0)
         for pos in range(n):
             center = kept[pos]
             state = _lcg(state)
