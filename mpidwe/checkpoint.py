@@ -115,6 +115,7 @@ class Checkpoint:
     tool_version: str = ""
     complete: bool = False
     parts: list[dict] = field(default_factory=list)   # a sharded checkpoint's part files
+    format_version: int = 0        # the file's own, as read (0: not read from a file)
 
     # the parts readers use most, without reaching through ``state``
     @property
@@ -461,7 +462,8 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
                 config=json.loads(_str(f.attrs[A_CONFIG])), corpus_id=_str(f.attrs[A_CORPUS_ID]),
                 corpus_path=_str(f.attrs[A_CORPUS_PATH]), path=path,
                 created=_str(f.attrs[A_CREATED]), tool_version=_str(f.attrs[A_TOOL_VERSION]),
-                complete=bool(f.attrs.get(A_COMPLETE, False)), parts=parts)
+                complete=bool(f.attrs.get(A_COMPLETE, False)), parts=parts,
+                format_version=version)
     except InputError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:

@@ -115,7 +115,7 @@ def summary(ck) -> dict:
     last = ck.metrics[-1] if ck.metrics else {}
     return {
         "path": ck.path,
-        "format_version": checkpoint.FORMAT_VERSION if len(ck.w_in) != len(ck.words) else checkpoint.PLAIN_VERSION, "tool_version": ck.tool_version,
+        "format_version": ck.format_version, "tool_version": ck.tool_version,
         "created_utc": ck.created, "checksum": "ok", "complete": ck.complete,
         "corpus": ck.corpus_path, "corpus_id": ck.corpus_id, "vocab_size": len(ck.words),
         "dim": int(ck.w_in.shape[1]),
