@@ -1,8 +1,9 @@
 """The only module that reads or writes corpus files (HDF5). Layout: docs/hdf5-format.md.
 
 A corpus holds the vocabulary, the token ids of the whole text (out-of-vocabulary
-tokens already removed) and the sentence boundaries. Preprocessing ranks write *part*
-files that rank 0 stitches into one self-contained corpus file. A corpus grows by
+tokens already removed) and the sentence boundaries. Preprocessing ranks write their
+slices of the token ids and sentence starts straight into the one corpus file that rank
+0 creates (``create_corpus``, ``write_slice``, ``finish_corpus``). A corpus grows by
 *segments* (``preprocess --append``): each appended text is a new segment after the old
 ones, whose token ids never change; new words get ids after the existing ones. A reader
 may select a contiguous run of segments (``Corpus(path, segments="new")``); shards,
@@ -30,9 +31,6 @@ from .sharding import sentence_shard
 FORMAT = "mpidwe-corpus"
 FORMAT_VERSION = 2              # 2: segments (a corpus can grow); version 1 files still read
 FORMAT_OLDER = (1,)
-PART_FORMAT = "mpidwe-corpus-part"
-PART_FORMAT_VERSION = 2              # 2: segments (a corpus can grow); version 1 files still read
-FORMAT_OLDER = (1,)
 
 # names of groups, datasets and attributes
 A_FORMAT = "format"
@@ -51,59 +49,38 @@ D_WORDS = "vocab/words"
 D_COUNTS = "vocab/counts"
 D_TOKENS = "tokens"
 D_SENTENCES = "sentences"
-D_LINE_STARTS = "line_starts"
 D_SEGMENTS = "segments"        # int64 (S, 3): each segment's end token, end sentence, end vocabulary size
 A_SEGMENT_INFO = "segment_info"   # JSON list, one object per segment (inputs, counts, when, how)
 
-TOKEN_CHUNK = 1 << 18          # tokens per HDF5 chunk of a part file (1 MiB of int32)
-COPY_ITEMS = 1 << 22           # items copied at a time when stitching
+COPY_ITEMS = 1 << 22           # items read or copied at a time when writing a corpus
 
 
-# ----------------------------------------------------------------------------- parts
-class PartWriter:
-    """One preprocessing rank's token ids and line starts, appended block by block."""
+# ------------------------------------------------------------------------- writing
+# Preprocessing writes a corpus in place: rank 0 creates the file with the token ids and
+# the sentence starts allocated (contiguous, never filled), every rank writes its own
+# slice of both straight into the file's bytes at offsets known from an exclusive prefix
+# sum of the ranks' counts, and rank 0 then reads the two datasets back once for the
+# corpus id and seals the file. No rank ever copies another rank's data.
 
-    def __init__(self, path: str):
-        self.path = path
-        self._f = h5py.File(path, "w")
-        self._f.attrs[A_FORMAT] = PART_FORMAT
-        self._f.attrs[A_VERSION] = PART_FORMAT_VERSION
-        self._tokens = self._f.create_dataset(D_TOKENS, shape=(0,), maxshape=(None,), dtype=np.int32,
-                                              chunks=(TOKEN_CHUNK,))
-        self._lines = self._f.create_dataset(D_LINE_STARTS, shape=(0,), maxshape=(None,),
-                                             dtype=np.int64, chunks=(1 << 16,))
-
-    @staticmethod
-    def _append(ds, arr: np.ndarray) -> None:
-        n = ds.shape[0]
-        ds.resize((n + len(arr),))
-        ds[n:] = arr
-
-    def append_tokens(self, ids: np.ndarray) -> None:
-        if len(ids):
-            self._append(self._tokens, ids.astype(np.int32, copy=False))
-
-    def append_line_starts(self, starts: np.ndarray) -> None:
-        if len(starts):
-            self._append(self._lines, starts.astype(np.int64, copy=False))
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self._tokens.shape[0])
-
-    def close(self) -> None:
-        self._f.flush()
-        self._f.close()
+def sentence_carries(kept: list[int], last_line_start: list[int | None]) -> list[int]:
+    """For each rank, how many kept tokens of the line still open where its slice starts
+    came before it: the shift of its first sentence cut. ``kept[r]`` is rank r's kept-token
+    count, ``last_line_start[r]`` its last line start (a kept index within its slice) or
+    None when no line starts in it (one line spans the whole slice)."""
+    carries, carry = [], 0
+    for n, last in zip(kept, last_line_start):
+        carries.append(carry)
+        carry = carry + n if last is None else n - last
+    return carries
 
 
-def _sentence_starts(line_starts: np.ndarray, seg_start: int, carry: int, n: int,
-                     length: int) -> np.ndarray:
-    """Sentence starts in [seg_start, n) given the line starts in that range.
-
-    Segment k runs from a line start to the next; sentences cut every ``length`` kept
-    tokens within a line. ``carry`` is how many kept tokens of the first segment's line
-    came before ``seg_start`` (it shifts the first cut)."""
-    seg_a = np.concatenate(([seg_start], line_starts)).astype(np.int64)
+def sentence_starts(line_starts: np.ndarray, carry: int, n: int, length: int) -> np.ndarray:
+    """The sentence starts (kept indices in [0, n)) of one rank's slice of ``n`` kept
+    tokens, from its line starts (ascending kept indices in [0, n]) and its carry
+    (``sentence_carries``). A line is a run of tokens from one line start to the next;
+    sentences cut every ``length`` kept tokens within a line, counted from the line's
+    first token even where the line began in an earlier rank's slice."""
+    seg_a = np.concatenate(([0], line_starts)).astype(np.int64)
     seg_b = np.concatenate((line_starts, [n])).astype(np.int64)
     first = np.zeros(len(seg_a), dtype=np.int64)
     first[0] = (-carry) % length
@@ -113,29 +90,123 @@ def _sentence_starts(line_starts: np.ndarray, seg_start: int, carry: int, n: int
     return np.repeat(seg_a + first, k) + length * within
 
 
-def _sentence_blocks(parts: list, sizes: list[int], sentence_length: int) -> Iterator[np.ndarray]:
-    """The corpus's sentence starts (global token indices, ascending), block by block, from
-    the rank-ordered parts' line starts. Reads at most COPY_ITEMS line starts at a time."""
-    offset, carry = 0, 0  # carry: kept tokens of the open line before this part
-    for part, n in zip(parts, sizes):
-        lines = part[D_LINE_STARTS]
-        n_lines = lines.shape[0]
-        seg_start = 0
-        for a in range(0, max(n_lines, 1), COPY_ITEMS):
-            ls = lines[a:min(a + COPY_ITEMS, n_lines)]
-            last = a + COPY_ITEMS >= n_lines
-            # the segment after the last line start stays open until the part ends
-            end = n if last else int(ls[-1])
-            body = ls if last else ls[:-1]
-            yield _sentence_starts(body, seg_start, carry, end, sentence_length) + offset
-            if not last:
-                carry = 0
-            elif len(body):
-                carry = end - int(body[-1])
-            else:
-                carry += end - seg_start
-            seg_start = end
-        offset += n
+def _no_fill():
+    """Dataset creation properties for data that ranks write in place: storage allocated at
+    creation (so that its file offset is known), and never filled with zeros first."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    return dcpl
+
+
+def create_corpus(out_path: str, *, words: list[str], counts: np.ndarray, attrs: dict, n_tokens: int,
+                  n_sentences: int, segment_info: dict | None = None,
+                  base: "Corpus | None" = None) -> tuple[int, int]:
+    """Rank 0: create the corpus file ``out_path`` (a temporary name; the caller renames)
+    with everything but the token ids, the sentence starts and the corpus id, which
+    ``write_slice`` and ``finish_corpus`` fill in. ``n_tokens``/``n_sentences`` count the
+    whole corpus, the base's segments included. Returns the file offsets of the tokens'
+    and the sentence starts' raw data (-1 where a dataset is empty).
+
+    With ``base`` (an open corpus: ``preprocess --append``) the new text becomes a segment
+    after the base's, ``words``/``counts`` must extend its vocabulary, and the base's own
+    tokens and sentence starts are copied here, unchanged. ``segment_info`` describes the
+    new segment (stored with the base's in A_SEGMENT_INFO)."""
+    if base is not None:
+        if words[:base.n_words] != base.words:   # the caller extends the vocabulary: a bug otherwise
+            raise RuntimeError("an appended vocabulary must keep the old words and their ids")
+        segments = np.concatenate((base.segment_table, [[n_tokens, n_sentences, len(words)]])).astype(np.int64)
+        info = base.segment_info + [segment_info or {}]
+    else:
+        segments = np.array([[n_tokens, n_sentences, len(words)]], dtype=np.int64)
+        info = [segment_info or {}]
+    with h5py.File(out_path, "w", userblock_size=SEAL_SIZE) as f:
+        f.attrs[A_FORMAT] = FORMAT
+        f.attrs[A_VERSION] = FORMAT_VERSION
+        for k, v in attrs.items():
+            f.attrs[k] = v
+        f.attrs[A_SEGMENT_INFO] = json.dumps(info)
+        f.create_dataset(D_WORDS, data=np.array(words, dtype=object), dtype=h5py.string_dtype("utf-8"))
+        f.create_dataset(D_COUNTS, data=np.asarray(counts, dtype=np.int64))
+        f.create_dataset(D_SEGMENTS, data=segments)
+        tokens = f.create_dataset(D_TOKENS, shape=(n_tokens,), dtype="<i4", dcpl=_no_fill())
+        sentences = f.create_dataset(D_SENTENCES, shape=(n_sentences,), dtype="<i8", dcpl=_no_fill())
+        f.flush()
+        offsets = tuple(-1 if d.id.get_offset() is None else int(d.id.get_offset()) for d in (tokens, sentences))
+    if base is not None:          # the old segments, byte for byte
+        old_tokens, old_sentences = base.total_tokens, base.total_sentences
+        write_slice(out_path, offsets, 0, (base.read_tokens(a, min(a + COPY_ITEMS, old_tokens))
+                                          for a in range(0, old_tokens, COPY_ITEMS)),
+                    0, (base.read_sentences(a, min(a + COPY_ITEMS, old_sentences))
+                        for a in range(0, old_sentences, COPY_ITEMS)))
+    return offsets
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while len(data):
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
+def write_slice(out_path: str, offsets: tuple[int, int], token_start: int, token_blocks,
+                sentence_start: int, sentence_blocks) -> tuple[int, int]:
+    """Write one rank's token ids (int32 blocks, in order) from corpus token ``token_start``
+    and its sentence starts (int64 blocks of global token indices) from sentence
+    ``sentence_start`` into the file ``create_corpus`` made, at ``offsets``. Several ranks
+    write disjoint slices at once, each with its own file descriptor; nothing is fsynced
+    here (``finish_corpus`` does it once). Returns (tokens, sentence starts) written."""
+    fd = os.open(out_path, os.O_WRONLY)
+    written = []
+    try:
+        for base_offset, itemsize, dtype, start, blocks in (
+                (offsets[0], 4, "<i4", token_start, token_blocks),
+                (offsets[1], 8, "<i8", sentence_start, sentence_blocks)):
+            at = start
+            for block in blocks:
+                if len(block):
+                    _pwrite_all(fd, memoryview(np.ascontiguousarray(block, dtype=dtype)).cast("B"),
+                                base_offset + itemsize * at)
+                    at += len(block)
+            written.append(at - start)
+    finally:
+        os.close(fd)
+    return written[0], written[1]
+
+
+def _read_raw(fh, offset: int, items: int, dtype: str) -> Iterator[np.ndarray]:
+    """The raw data of a contiguous dataset, COPY_ITEMS items at a time."""
+    size = np.dtype(dtype).itemsize
+    for a in range(0, items, COPY_ITEMS):
+        n = min(COPY_ITEMS, items - a)
+        fh.seek(offset + size * a)
+        block = np.fromfile(fh, dtype=dtype, count=n)
+        if len(block) != n:
+            raise OSError(f"{fh.name}: short read of {n} items at {offset + size * a}")
+        yield block
+
+
+def finish_corpus(out_path: str) -> str:
+    """Rank 0, after every slice is written: the corpus id (sha256 of vocabulary, counts,
+    tokens and sentence starts, and of the segment table once there are several: the digest
+    ``Corpus.verify`` checks), stored in the file, which is then sealed and fsynced. Reads
+    the token ids and sentence starts back once, in blocks. Returns the corpus id."""
+    with h5py.File(out_path, "r+") as f:
+        digest = hashlib.sha256("\n".join(w.decode("utf-8") if isinstance(w, bytes) else w
+                                          for w in f[D_WORDS][:]).encode("utf-8"))
+        digest.update(np.asarray(f[D_COUNTS][:], dtype=np.int64).tobytes())
+        segments = f[D_SEGMENTS][:]
+        extents = [raw_extent(f[D_TOKENS]), raw_extent(f[D_SENTENCES])]
+        sent_digest = hashlib.sha256()
+        with open(out_path, "rb") as fh:
+            for (offset, nbytes), dtype, d in zip(extents, ("<i4", "<i8"), (digest, sent_digest)):
+                for block in _read_raw(fh, offset, nbytes // np.dtype(dtype).itemsize, dtype):
+                    d.update(block.tobytes())
+        corpus_id = finish_digest(digest, sent_digest, segments)
+        f.attrs[A_CORPUS_ID] = corpus_id
+        f.flush()
+    seal(out_path, extents)
+    fsync_path(out_path)
+    return corpus_id
 
 
 def finish_digest(digest, sent_digest, segments: np.ndarray) -> str:
@@ -146,95 +217,6 @@ def finish_digest(digest, sent_digest, segments: np.ndarray) -> str:
     if len(segments) > 1:
         digest.update(np.ascontiguousarray(segments, dtype=np.int64).tobytes())
     return digest.hexdigest()
-
-
-def stitch_parts(part_paths: list[str], out_path: str, *, words: list[str], counts: np.ndarray,
-                 attrs: dict, sentence_length: int, segment_info: dict | None = None,
-                 base: "Corpus | None" = None) -> str:
-    """Write the final corpus from rank-ordered part files into ``out_path`` (a temporary
-    name; the caller renames), sealed and fsynced. Streams: memory is bounded by
-    COPY_ITEMS. Returns the corpus id (sha256 of vocabulary, counts, tokens and sentences,
-    and of the segment table once there are several).
-
-    With ``base`` (an open corpus: ``preprocess --append``) the parts become a new segment
-    after the base's: its tokens and sentence starts are copied first, unchanged, and
-    ``words``/``counts`` must extend its vocabulary. ``segment_info`` describes the new
-    segment (stored with the base's in A_SEGMENT_INFO).
-
-    The tokens and the sentence starts are stored contiguously (the sentences are counted
-    first, in a pass over the parts' line starts), so the seal leaves out exactly their two
-    byte ranges, which HDF5 copies without interpreting them."""
-    parts = [h5py.File(p, "r") for p in part_paths]
-    try:
-        sizes = [int(p[D_TOKENS].shape[0]) for p in parts]
-        old_tokens = base.total_tokens if base is not None else 0
-        old_sentences = base.total_sentences if base is not None else 0
-        total = old_tokens + sum(sizes)
-        n_new = sum(len(s) for s in _sentence_blocks(parts, sizes, sentence_length))
-        n_sentences = old_sentences + n_new
-        if base is not None:
-            old_words = base.words
-            if words[:len(old_words)] != old_words:   # the caller extends the vocabulary: a bug otherwise
-                raise RuntimeError("an appended vocabulary must keep the old words and their ids")
-            segments = np.concatenate((base.segment_table, [[total, n_sentences, len(words)]])).astype(np.int64)
-            info = base.segment_info + [segment_info or {}]
-        else:
-            segments = np.array([[total, n_sentences, len(words)]], dtype=np.int64)
-            info = [segment_info or {}]
-        digest = hashlib.sha256()  # vocabulary, counts, then tokens (rank-count independent)
-        sent_digest = hashlib.sha256()
-        with h5py.File(out_path, "w", userblock_size=SEAL_SIZE) as f:
-            f.attrs[A_FORMAT] = FORMAT
-            f.attrs[A_VERSION] = FORMAT_VERSION
-            for k, v in attrs.items():
-                f.attrs[k] = v
-            f.attrs[A_SEGMENT_INFO] = json.dumps(info)
-            word_bytes = "\n".join(words).encode("utf-8")
-            digest.update(word_bytes)
-            counts = np.asarray(counts, dtype=np.int64)
-            digest.update(counts.tobytes())
-            f.create_dataset(D_WORDS, data=np.array(words, dtype=object),
-                             dtype=h5py.string_dtype("utf-8"))
-            f.create_dataset(D_COUNTS, data=counts)
-            f.create_dataset(D_SEGMENTS, data=segments)
-            tokens = f.create_dataset(D_TOKENS, shape=(total,), dtype=np.int32)
-            sentences = f.create_dataset(D_SENTENCES, shape=(n_sentences,), dtype=np.int64)
-            if base is not None:       # the old segments, byte for byte
-                for a in range(0, old_tokens, COPY_ITEMS):
-                    block = base.read_tokens(a, min(a + COPY_ITEMS, old_tokens))
-                    tokens[a:a + len(block)] = block
-                    digest.update(np.asarray(block, dtype=np.int32).tobytes())
-                for a in range(0, old_sentences, COPY_ITEMS):
-                    block = base.read_sentences(a, min(a + COPY_ITEMS, old_sentences))
-                    sentences[a:a + len(block)] = block
-                    sent_digest.update(np.asarray(block, dtype=np.int64).tobytes())
-            offset = old_tokens
-            for part, n in zip(parts, sizes):
-                src = part[D_TOKENS]
-                for a in range(0, n, COPY_ITEMS):
-                    block = src[a:min(a + COPY_ITEMS, n)]
-                    tokens[offset + a:offset + a + len(block)] = block
-                    digest.update(block.tobytes())
-                offset += n
-            done = old_sentences
-            for s in _sentence_blocks(parts, sizes, sentence_length):
-                if len(s):
-                    s = s + old_tokens
-                    sentences[done:done + len(s)] = s
-                    sent_digest.update(s.tobytes())
-                    done += len(s)
-            if done != n_sentences:   # both passes read the same parts: a bug, not bad input
-                raise RuntimeError(f"sentence starts: counted {n_sentences}, then made {done}")
-            corpus_id = finish_digest(digest, sent_digest, segments)
-            f.attrs[A_CORPUS_ID] = corpus_id
-            f.flush()
-            skip = [raw_extent(tokens), raw_extent(sentences)]
-        seal(out_path, skip)
-        fsync_path(out_path)
-        return corpus_id
-    finally:
-        for p in parts:
-            p.close()
 
 
 # ---------------------------------------------------------------------------- reader
@@ -377,7 +359,7 @@ class Corpus:
 
     def verify(self, block: int = COPY_ITEMS) -> None:
         """Recompute the corpus id from what is stored (vocabulary, counts, every token, the
-        sentence starts, the segments; the same digest ``stitch_parts`` made) and refuse a
+        sentence starts, the segments; the same digest ``finish_corpus`` made) and refuse a
         mismatch: a flipped byte anywhere would otherwise train silently on wrong data.
         Streams ``block`` tokens at a time; about 0.3 s for 16M tokens."""
         f = self._f

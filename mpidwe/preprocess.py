@@ -4,13 +4,17 @@
    whitespace (text.find_boundaries); everyone gets the same plan;
 2. pass 1: every rank counts the tokens of its range; counts are summed on rank 0, which
    fixes the vocabulary (count descending, ties by word) and broadcasts it;
-3. pass 2: every rank maps its tokens to ids and streams them, with its line starts,
-   into its own part file (h5py here has no parallel HDF5);
-4. rank 0 stitches the parts, in rank order, into a temporary file, cuts lines into
-   sentences, fsyncs and renames it into place. The result does not depend on P.
+3. pass 2: every rank maps its tokens to ids and finds its line starts; an exclusive
+   prefix sum of the ranks' kept tokens and sentence counts (the sentences cut lines every
+   --sentence-length tokens, also across a rank boundary) places each rank's slice;
+4. rank 0 creates the corpus under a temporary name with the token ids and sentence
+   starts allocated; every rank writes its slices straight into the file's bytes (h5py
+   here has no parallel HDF5, and needs none for this: the datasets are contiguous and
+   their offsets known); rank 0 reads them back once for the corpus id, seals, fsyncs
+   and renames the file into place. The result does not depend on P.
 
-Temporary files (part files, the stitched corpus before its rename, the copy of standard
-input) sit beside the output, named ``.OUT.KIND-TAG`` with TAG = rank 0's host, pid and
+Temporary files (the raw token ids between the passes, the corpus before its rename,
+the copy of standard input) sit beside the output, named ``.OUT.KIND-TAG`` with TAG = rank 0's host, pid and
 start time. A run removes its own on any failure and on SIGTERM/SIGINT (exit 128 + signal),
 and at its start those that killed runs to the same output left (``_remove_leftovers``).
 """
@@ -30,6 +34,7 @@ import socket
 import stat
 import sys
 import time
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -100,30 +105,29 @@ def merge_counts(gathered) -> tuple[collections.Counter, ScanStats]:
     return total, totals
 
 
-def write_ids(sources, lo, hi, opts, lookup: dict[bytes, int], part: corpus_io.PartWriter) -> int:
-    """Pass 2: this rank's token ids and line starts into its part file. Returns tokens kept."""
+@dataclasses.dataclass
+class RankIds:
+    """One rank's pass 2: how many tokens it keeps, its line starts (kept indices within its
+    slice, ascending), and its final ids as a stream of int32 blocks (called once per write)."""
+    kept: int
+    line_starts: np.ndarray
+    blocks: Callable[[], Iterator[np.ndarray]]
+
+
+def final_ids(sources, lo, hi, opts, lookup: dict[bytes, int], spool: "IdSpool") -> RankIds:
+    """Pass 2 of the Python engine: this rank's final ids (out-of-vocabulary tokens dropped)
+    into ``spool``, and its line starts."""
     stats = ScanStats()
-    ids: list[np.ndarray] = []
     lines: list[int] = []
-    pending, kept = 0, 0
     get = lookup.get
     for toks, newline in scan_rank(sources, lo, hi, opts, stats):
         if toks:
             arr = np.fromiter(map(get, toks, itertools.repeat(-1, len(toks))), dtype=np.int64, count=len(toks))
-            arr = arr[arr >= 0]
-            ids.append(arr)
-            pending += len(arr)
-            kept += len(arr)
+            spool.write(arr[arr >= 0].astype(np.int32))
         if newline:
-            lines.append(kept)  # the next line starts at this kept-token index
-        if pending >= FLUSH_TOKENS:
-            part.append_tokens(np.concatenate(ids))
-            part.append_line_starts(np.array(lines, dtype=np.int64))
-            ids, lines, pending = [], [], 0
-    if ids:
-        part.append_tokens(np.concatenate(ids))
-    part.append_line_starts(np.array(lines, dtype=np.int64))
-    return kept
+            lines.append(spool.n)  # the next line starts at this kept-token index
+    spool.close()
+    return RankIds(spool.n, np.array(lines, dtype=np.int64), lambda: spool.chunks(FLUSH_TOKENS))
 
 
 # ----------------------------------------------------------- the compiled path
@@ -194,22 +198,29 @@ def build_vocab_from_table(table: TokenTable, min_count: int, max_vocab: int | N
     return [words[i] for i in order.tolist()], counts[kept[order]].astype(np.int64)
 
 
-def write_ids_compiled(spool: IdSpool, remap: np.ndarray, line_ends: np.ndarray,
-                       part: corpus_io.PartWriter) -> int:
-    """Pass 2: the final ids of the spooled raw ids (``remap``; -1: dropped) and the line
-    starts as kept-token indices, into the part file. Returns tokens kept."""
+def final_ids_compiled(spool: IdSpool, remap: np.ndarray, line_ends: np.ndarray) -> RankIds:
+    """Pass 2 of the compiled engine over the spooled raw ids: ``remap`` gives each raw id's
+    final id (-1: dropped). One read of the spool finds the kept count and the line starts
+    (kept indices); the final ids are remapped again as they are written (a few ms per
+    million tokens, and nothing held in memory)."""
     from .kernels.tokenize import remap_and_count_lines
 
     base = kept = j = 0
-    chunks = spool.chunks(FLUSH_TOKENS)
-    for raw in itertools.chain(chunks, [np.zeros(0, dtype=np.int32)]):
+    found = []
+    for raw in itertools.chain(spool.chunks(FLUSH_TOKENS), [np.zeros(0, dtype=np.int32)]):
         lines = np.empty(len(line_ends) - j, dtype=np.int64)
         k, j, nl = remap_and_count_lines(raw, remap, line_ends, j, base, kept, lines)
-        part.append_tokens(raw[:k])
-        part.append_line_starts(lines[:nl])
+        found.append(lines[:nl])
         base += len(raw)
         kept += k
-    return kept
+
+    def blocks():
+        none = np.zeros(0, dtype=np.int64)
+        for raw in spool.chunks(FLUSH_TOKENS):
+            k, _, _ = remap_and_count_lines(raw, remap, none, 0, 0, 0, none)
+            yield raw[:k]
+
+    return RankIds(kept, np.concatenate(found), blocks)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -248,8 +259,9 @@ def _host() -> str:
 
 
 def _tmp_path(output: str, kind: str, tag: str) -> str:
-    """``.OUT.KIND-TAG`` beside the output; KIND is partN, idsN (raw token ids between the passes),
-    tmp, stdin, pipeN (a copy of input N, a stream) or plainN (input N decompressed)."""
+    """``.OUT.KIND-TAG`` beside the output; KIND is idsN (rank N's token ids between the passes),
+    tmp, stdin, pipeN (a copy of input N, a stream) or plainN (input N decompressed); earlier
+    versions also wrote partN (``_leftover_writer`` still recognises them)."""
     head, name = os.path.split(os.path.abspath(output))
     return os.path.join(head, f".{name}.{kind}-{tag}" + (".h5" if kind.startswith("part") else ""))
 
@@ -293,7 +305,7 @@ def _why_stale(path: str, host: str | None, pid: int, made: int | None) -> str |
     host, or is a process that started after the file was named (the pid was reused), or is
     this process, which is only starting its run. The processes of another host cannot be
     checked from here: its files are removed only once untouched for OTHER_HOST_STALE_S
-    (a stitch or a pass never leaves its files alone that long). A file that survives is
+    (a pass never leaves its files alone that long). A file that survives is
     harmless: every run writes under its own tag."""
     if host is None or host == _host():
         if pid == os.getpid():
@@ -462,20 +474,19 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled
 def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     t0 = time.perf_counter()
     tag = comm.on_root(_start, cfg, log)
-    part_paths = [_tmp_path(cfg.output, f"part{r}", tag) for r in range(comm.size)]
     id_paths = [_tmp_path(cfg.output, f"ids{r}", tag) for r in range(comm.size)]
     tmp = _tmp_path(cfg.output, "tmp", tag)
     # rank 0's copies of streams (standard input, pipes) and plain copies of compressed inputs
     spools = [_tmp_path(cfg.output, "stdin" if p == "-" else f"pipe{i}", tag) for i, p in enumerate(cfg.inputs)] \
         + [_tmp_path(cfg.output, f"plain{i}", tag) for i in range(len(cfg.inputs))] if comm.is_root else []
-    mine = [part_paths[comm.rank], id_paths[comm.rank]] + spools
+    mine = [id_paths[comm.rank]] + spools
     try:
-        summary = _run(cfg, comm, t0, part_paths, id_paths, tmp, spools, engine)
+        summary = _run(cfg, comm, t0, id_paths, tmp, spools, engine)
     except BaseException:
         # A failure, or SIGTERM/SIGINT (Interrupted): the job ends on every rank, and a rank
         # may be killed by the abort before it cleans up, so each rank removes every
-        # temporary file of this run that it can see, the other ranks' part files included.
-        _remove(part_paths + id_paths + [tmp] + spools)
+        # temporary file of this run that it can see, the other ranks' spools included.
+        _remove(id_paths + [tmp] + spools)
         raise
     finally:
         _remove(mine)
@@ -502,9 +513,9 @@ def _disk_full(what: str, e: Exception) -> InputError:
     return InputError(f"cannot write {what}: {why}")
 
 
-def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], id_paths: list[str],
+def _run(cfg: PreprocessConfig, comm: Comm, t0: float, id_paths: list[str],
          tmp: str, spools: list[str], engine: str) -> dict | None:
-    """The two passes and the stitch; the summary on rank 0, None elsewhere."""
+    """The two passes and the in-place write; the summary on rank 0, None elsewhere."""
     compiled = engine == "compiled"
     n_in = len(cfg.inputs)
 
@@ -574,85 +585,98 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, part_paths: list[str], id
     words, counts = comm.on_root(fix_vocab, total, totals)
     del total
 
-    # pass 2: ids into per-rank part files
-    def write_part():
-        try:
-            part = corpus_io.PartWriter(part_paths[comm.rank])
-        except (OSError, RuntimeError) as e:
-            raise _disk_full(part_paths[comm.rank], e) from None
-        try:
-            if compiled:
-                vocab = TokenTable.from_words(words)
-                final = vocab.lookup_all(*table.arrays()[:3])
-                line_ends = np.concatenate(scan.line_ends) if scan.line_ends else np.zeros(0, dtype=np.int64)
-                write_ids_compiled(spool, final[raw_to_type], line_ends, part)
-            else:
-                write_ids(sources, lo, hi, opts, {w: i for i, w in enumerate(words)}, part)
-            part.close()
-        except (OSError, RuntimeError) as e:
-            raise _disk_full(part_paths[comm.rank], e) from None
-        finally:
-            _close_quietly(part)
+    # pass 2: every rank's final ids and line starts, then their place in the corpus
+    def ids():
+        if compiled:
+            vocab = TokenTable.from_words(words)
+            final = vocab.lookup_all(*table.arrays()[:3])
+            line_ends = np.concatenate(scan.line_ends) if scan.line_ends else np.zeros(0, dtype=np.int64)
+            return final_ids_compiled(spool, final[raw_to_type], line_ends)
+        return final_ids(sources, lo, hi, opts, {w: i for i, w in enumerate(words)}, IdSpool(id_paths[comm.rank]))
 
-    comm.agree(write_part)
+    mine = comm.agree(ids)
+    last = int(mine.line_starts[-1]) if len(mine.line_starts) else None
+    kept = comm.allgather((mine.kept, last))
+    carry = corpus_io.sentence_carries([k for k, _ in kept], [t for _, t in kept])[comm.rank]
+    sentences = corpus_io.sentence_starts(mine.line_starts, carry, mine.kept, cfg.sentence_length)
+    n_sentences = comm.allgather(len(sentences))
+    base = corpus_io.Corpus(cfg.append) if cfg.append and comm.is_root else None
 
-    def stitch():
+    def create():
+        old_tokens, old_sentences = (base.total_tokens, base.total_sentences) if base is not None else (0, 0)
         inputs = [{"path": p, "bytes": s.file_bytes, "uncompressed_bytes": s.size, "compression": s.compression}
                   for p, s in zip(cfg.inputs, sources)]
         created = datetime.datetime.now(datetime.timezone.utc).isoformat()
-        base = corpus_io.Corpus(cfg.append) if cfg.append else None
+        old = base.attrs if base is not None else {}
+        new_tokens = sum(k for k, _ in kept)
+        segment = {"inputs": inputs, corpus_io.A_RAW_TOKENS: totals.raw_tokens,
+                   corpus_io.A_KEPT_TOKENS: new_tokens, "new_words": len(words) - (base.n_words if base is not None else 0),
+                   corpus_io.A_CREATED: created, corpus_io.A_RANKS: comm.size,
+                   "parent_corpus_id": old.get(corpus_io.A_CORPUS_ID)}
+        attrs = {
+            corpus_io.A_TOOL_VERSION: __version__,
+            corpus_io.A_CREATED: old.get(corpus_io.A_CREATED, created),
+            corpus_io.A_OPTIONS: json.dumps(old[corpus_io.A_OPTIONS]) if old.get(corpus_io.A_OPTIONS)
+            else to_json(cfg),
+            corpus_io.A_INPUTS: json.dumps(old.get(corpus_io.A_INPUTS, []) + inputs),
+            corpus_io.A_RAW_TOKENS: old.get(corpus_io.A_RAW_TOKENS, 0) + totals.raw_tokens,
+            corpus_io.A_KEPT_TOKENS: int(counts.sum()),
+            corpus_io.A_INVALID_UTF8: old.get(corpus_io.A_INVALID_UTF8, 0) + totals.invalid_utf8,
+            corpus_io.A_DOC_LINES: old.get(corpus_io.A_DOC_LINES, 0) + totals.doc_lines,
+            corpus_io.A_RANKS: comm.size,
+        }
+        if old_tokens + new_tokens != int(counts.sum()):   # both count the same tokens: a bug, not bad input
+            raise RuntimeError(f"kept tokens: the vocabulary counts {int(counts.sum())}, "
+                               f"the ranks wrote {old_tokens + new_tokens}")
         try:
-            old = base.attrs if base is not None else {}
-            old_vocab, old_tokens = (base.n_words, base.total_tokens) if base is not None else (0, 0)
-            kept = int(counts.sum()) - old_tokens
-            segment = {"inputs": inputs, corpus_io.A_RAW_TOKENS: totals.raw_tokens,
-                       corpus_io.A_KEPT_TOKENS: kept, "new_words": len(words) - old_vocab,
-                       corpus_io.A_CREATED: created, corpus_io.A_RANKS: comm.size,
-                       "parent_corpus_id": old.get(corpus_io.A_CORPUS_ID)}
-            attrs = {
-                corpus_io.A_TOOL_VERSION: __version__,
-                corpus_io.A_CREATED: old.get(corpus_io.A_CREATED, created),
-                corpus_io.A_OPTIONS: json.dumps(old[corpus_io.A_OPTIONS]) if old.get(corpus_io.A_OPTIONS)
-                else to_json(cfg),
-                corpus_io.A_INPUTS: json.dumps(old.get(corpus_io.A_INPUTS, []) + inputs),
-                corpus_io.A_RAW_TOKENS: old.get(corpus_io.A_RAW_TOKENS, 0) + totals.raw_tokens,
-                corpus_io.A_KEPT_TOKENS: int(counts.sum()),
-                corpus_io.A_INVALID_UTF8: old.get(corpus_io.A_INVALID_UTF8, 0) + totals.invalid_utf8,
-                corpus_io.A_DOC_LINES: old.get(corpus_io.A_DOC_LINES, 0) + totals.doc_lines,
-                corpus_io.A_RANKS: comm.size,
-            }
+            offsets = corpus_io.create_corpus(
+                tmp, words=[w.decode("utf-8") for w in words], counts=counts, attrs=attrs,
+                n_tokens=old_tokens + new_tokens, n_sentences=old_sentences + sum(n_sentences),
+                segment_info=segment, base=base)
+        except (OSError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "appended vocabulary" in str(e):
+                raise
+            raise _disk_full(cfg.output, e) from None
+        return offsets, old_tokens, old_sentences, base.n_words if base is not None else 0
+
+    try:
+        offsets, old_tokens, old_sentences, old_vocab = comm.on_root(create)
+        token_start = old_tokens + sum(k for k, _ in kept[:comm.rank])
+        sentence_start = old_sentences + sum(n_sentences[:comm.rank])
+
+        def write():
             try:
-                corpus_id = corpus_io.stitch_parts(
-                    part_paths, tmp, words=[w.decode("utf-8") for w in words], counts=counts,
-                    attrs=attrs, sentence_length=cfg.sentence_length, segment_info=segment, base=base)
+                corpus_io.write_slice(tmp, offsets, token_start, mine.blocks(),
+                                      sentence_start, [sentences + token_start])
+            except OSError as e:
+                raise _disk_full(cfg.output, e) from None
+
+        comm.agree(write)
+
+        def finish():
+            try:
+                corpus_id = corpus_io.finish_corpus(tmp)
                 if base is not None:
                     base.close()
                 os.replace(tmp, cfg.output)    # a reader of the old corpus keeps reading the old file
                 fsync_dir(cfg.output)
             except (OSError, RuntimeError) as e:
                 raise _disk_full(cfg.output, e) from None
-        finally:
-            _remove([tmp])
-            if base is not None:
-                base.close()
-        with corpus_io.Corpus(cfg.output) as c:
-            n_sent, n_segments = c.total_sentences, len(c.segment_table)
-        return {
-            "output": cfg.output, "ranks": comm.size, "raw_tokens": totals.raw_tokens,
-            "kept_tokens": kept, "raw_types": raw_types, "vocab": len(words),
-            "sentences": n_sent, "invalid_utf8_sequences": totals.invalid_utf8,
-            "doc_tag_lines_dropped": totals.doc_lines, "corpus_id": corpus_id,
-            "segments": n_segments, "new_words": len(words) - old_vocab,
-            "seconds": round(time.perf_counter() - t0, 2),
-        }
+            with corpus_io.Corpus(cfg.output) as c:
+                n_sent, n_segments = c.total_sentences, len(c.segment_table)
+            return {
+                "output": cfg.output, "ranks": comm.size, "raw_tokens": totals.raw_tokens,
+                "kept_tokens": int(counts.sum()) - old_tokens, "raw_types": raw_types, "vocab": len(words),
+                "sentences": n_sent, "invalid_utf8_sequences": totals.invalid_utf8,
+                "doc_tag_lines_dropped": totals.doc_lines, "corpus_id": corpus_id,
+                "segments": n_segments, "new_words": len(words) - old_vocab,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
 
-    return comm.on_root(stitch, broadcast=False)
-
-
-def _close_quietly(part) -> None:
-    """Close a part file after a failure; its own error (the disk is still full) changes nothing."""
-    with contextlib.suppress(Exception):
-        part._f.close()
+        return comm.on_root(finish, broadcast=False)
+    finally:
+        if base is not None:
+            base.close()
 
 
 # ------------------------------------------------------------------------- signals
@@ -782,7 +806,7 @@ def _body(argv, comm: Comm, signals: _Signals) -> int:
         if signals.got is None:
             raise
         # a failure caused by the stop while the signal waited for h5py to return (another
-        # rank removed the part file this one was creating): the stop is what to report
+        # rank removed the temporary file this one was writing): the stop is what to report
         return _interrupted(Interrupted(signals.got), comm)
     finally:
         signals.armed = False  # done (or stopping): a late signal changes nothing

@@ -133,7 +133,7 @@ def test_p_ranks_identical_to_one_rank(tmp_path):
                 assert np.array_equal(results[0][0][k], data[k]), (name, k)
             assert attrs["corpus_id"] == results[0][1]["corpus_id"]
         assert [a["preprocess_ranks"] for _, a in results] == [1, 2, 3]
-        assert not [f for f in os.listdir(tmp_path) if ".part" in f or ".tmp-" in f]
+        assert not [f for f in os.listdir(tmp_path) if ".ids" in f or ".tmp-" in f]
 
 
 def test_block_iterator_covers_shards_sentence_aligned(tmp_path):
@@ -359,7 +359,8 @@ def test_leftovers_of_killed_runs_to_the_same_output_are_removed_at_start(tmp_pa
 
 
 def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
-    """kill -9 leaves the part files; the next run to the same output removes them."""
+    """kill -9 leaves temporary files (here the spool of raw token ids); the next run to the
+    same output removes them."""
     import signal
     import subprocess
     import sys
@@ -371,13 +372,13 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
     out = tmp_path / "c.h5"
     proc = subprocess.Popen([sys.executable, "-m", "mpidwe.preprocess", str(src), "--output", str(out)],
                             env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-    rc, _, _ = _interrupt_when(proc, lambda: any(".part" in f for f in os.listdir(tmp_path)), signal.SIGKILL)
+    rc, _, _ = _interrupt_when(proc, lambda: any(".ids" in f for f in os.listdir(tmp_path)), signal.SIGKILL)
     assert rc == -9 and _ours(tmp_path)
     small = tmp_path / "small.txt"
     small.write_bytes(b"a b a c\n" * 10)
     proc = run_py(["-m", "mpidwe.preprocess", str(small), "--output", str(out), "--min-count", "1"])
     assert proc.returncode == 0, proc.stderr
-    # its part file, and the spool of raw token ids between the passes
+    # the spool of raw token ids between the passes (and the corpus, if it got that far)
     assert re.search(r"removed [12] temporary file\(s\) left by killed runs", proc.stdout), proc.stdout
     assert not _ours(tmp_path), os.listdir(tmp_path)
 
@@ -415,14 +416,14 @@ def _interrupt_when(proc, ready, sig, timeout=120):
 
 
 def _ours(directory):
-    return [f for f in os.listdir(directory) if ".part" in f or ".tmp-" in f or ".stdin-" in f
+    return [f for f in os.listdir(directory) if ".part" in f or ".ids" in f or ".tmp-" in f or ".stdin-" in f
             or f.startswith(".mpidwe-stdin")]
 
 
 @pytest.mark.parametrize("ranks,sig", [(1, "SIGTERM"), (1, "SIGINT"), pytest.param(2, "SIGTERM", marks=pytest.mark.mpi)])
-def test_signal_while_writing_parts_removes_temporary_files(tmp_path, ranks, sig):
-    """SIGTERM (or Ctrl-C) during pass 2: every rank stops, the part files and the temporary
-    corpus are removed, one error line, exit 128 + signal number (143 for SIGTERM, 130 for
+def test_signal_during_a_run_removes_temporary_files(tmp_path, ranks, sig):
+    """SIGTERM (or Ctrl-C) while the ranks spool their token ids: every rank stops, its
+    temporary files are removed, one error line, exit 128 + signal number (143 for SIGTERM, 130 for
     SIGINT). Under mpiexec the launcher forwards the signal to every rank."""
     import signal
     import subprocess
@@ -438,7 +439,7 @@ def test_signal_while_writing_parts_removes_temporary_files(tmp_path, ranks, sig
     proc = subprocess.Popen(cmd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path)
     signum = getattr(signal, sig)
-    rc, stderr, seconds = _interrupt_when(proc, lambda: any(".part" in f for f in os.listdir(tmp_path)), signum)
+    rc, stderr, seconds = _interrupt_when(proc, lambda: any(".ids" in f for f in os.listdir(tmp_path)), signum)
     assert rc == 128 + signum, (rc, stderr)
     lines = error_lines(stderr)
     assert len(lines) == 1 and "interrupted" in lines[0] and sig in lines[0], stderr
@@ -450,7 +451,7 @@ def test_signal_while_writing_parts_removes_temporary_files(tmp_path, ranks, sig
 
 def test_a_signal_inside_a_callback_is_not_lost():
     """The signal handler raises where the main thread happens to be; inside a weakref
-    callback (h5py releasing an object while stitching) Python would print the exception
+    callback (h5py releasing an object while writing) Python would print the exception
     and go on to finish the run. It is raised again, in ordinary code."""
     import signal
     import sys
@@ -616,8 +617,8 @@ def small_disk(tmp_path):
 
 @pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.mpi)])
 def test_a_full_disk_gives_one_line_exit_2_and_no_leftovers(tmp_path, small_disk, ranks):
-    """The disk fills up while writing the copy of standard input, the token-id spool, a
-    part file, the stitched corpus, or the lock: every time one line, exit 2, and nothing
+    """The disk fills up while writing the copy of standard input, the token-id spool, the
+    corpus (the ranks' slices, rank 0's metadata), or the lock: every time one line, exit 2, and nothing
     left on the disk. It used to give tracebacks, then a segfault (exit 139), and leave the
     copy of standard input behind."""
     import subprocess
@@ -683,3 +684,30 @@ def test_a_fifo_input_is_read_as_a_stream(tmp_path, ranks):
                          strip_doc_tags=True), Comm.serial(), log=None)
     for name in ("plain", "gz"):
         assert read(tmp_path / f"{name}.h5")[1]["corpus_id"] == read(ref)[1]["corpus_id"]
+
+
+# ------------------------------------------- sentences across rank slices (issue 14)
+def test_sentences_of_slices_are_the_sentences_of_the_whole():
+    """Each rank cuts the sentences of its own slice, shifted by the tokens of the line
+    still open where the slice starts (``sentence_carries``): together they are the whole
+    corpus's sentences, for any split, also slices that are empty, hold no line start, or
+    end exactly at one."""
+    from mpidwe.corpus import sentence_carries, sentence_starts
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(0, 60))
+        length = int(rng.integers(1, 9))
+        lines = np.unique(rng.integers(0, n + 1, size=int(rng.integers(0, 12))))
+        whole = sentence_starts(lines, 0, n, length)
+        cuts = np.sort(rng.integers(0, n + 1, size=int(rng.integers(0, 5))))
+        bounds = [0, *cuts.tolist(), n]
+        kept, last, local = [], [], []
+        for a, b in zip(bounds, bounds[1:]):
+            mine = lines[(lines >= a) & (lines <= b)] - a if a == 0 else lines[(lines > a) & (lines <= b)] - a
+            local.append(mine)
+            kept.append(b - a)
+            last.append(int(mine[-1]) if len(mine) else None)
+        carries = sentence_carries(kept, last)
+        parts = [sentence_starts(m, c, k, length) + a for m, c, k, a in zip(local, carries, kept, bounds)]
+        assert np.concatenate(parts).tolist() == whole.tolist(), (trial, n, length, lines, bounds)
