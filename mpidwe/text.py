@@ -90,9 +90,18 @@ def detect_compression(path: str) -> str:
     return "none"
 
 
+try:   # Intel ISA-L's gzip reader: the same stream, decompressed about 3x faster than zlib
+    from isal import igzip as _gzip
+    from isal.isal_zlib import error as _IsalError
+except ImportError:   # a platform without its wheel: the standard library's
+    _gzip, _IsalError = gzip, OSError
+
+READ_ERRORS = (OSError, EOFError, ValueError, _IsalError)   # corruption or truncation of a gzip/bz2 stream
+
+
 def open_source(path: str, compression: str) -> BinaryIO:
     if compression == "gzip":
-        return gzip.open(path, "rb")
+        return _gzip.open(path, "rb")
     if compression == "bz2":
         return bz2.open(path, "rb")
     return open(path, "rb")
@@ -108,7 +117,7 @@ def open_reader(source: "Source") -> BinaryIO:
 def _read(fh: BinaryIO, n: int, path: str) -> bytes:
     try:
         return fh.read(n)
-    except (OSError, EOFError, ValueError) as e:  # gzip/bz2 corruption or truncation
+    except READ_ERRORS as e:
         raise InputError(f"cannot read {path}: {e}") from None
 
 
