@@ -71,6 +71,21 @@ class Comm:
                               f"not match this MPI (MPICH needs srun --mpi=pmi2, Open MPI srun --mpi=pmix)")
         return comm
 
+    def dup(self) -> "Comm":
+        """A second communicator over the same ranks, with its own accounting (collective).
+        With :attr:`thread_multiple`, its collectives may run in another thread while this
+        one's run in the first: MPI orders collectives per communicator."""
+        return Comm.serial() if self._comm is None else Comm(self._comm.Dup())
+
+    @property
+    def thread_multiple(self) -> bool:
+        """Whether MPI runs with MPI_THREAD_MULTIPLE (mpi4py asks for it by default)."""
+        if self._comm is None:
+            return True
+        from mpi4py import MPI
+
+        return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
     @property
     def is_root(self) -> bool:
         return self.rank == 0

@@ -82,6 +82,27 @@ def test_sharded_and_replicated_train_the_same_model(corpus, tmp_path, ranks):
         assert got.read_bytes() == want.read_bytes()
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_pipeline_trains_the_same_model(corpus, tmp_path, ranks):
+    """--pipeline (the default) pulls round k+1 while round k trains and afterwards refreshes
+    the rows k's push changed: every checkpoint equals the one of --no-pipeline, which pulls
+    round k+1 after the push."""
+    on, off = tmp_path / "on", tmp_path / "off"
+    for out, extra in ((on, []), (off, ["--no-pipeline"])):
+        train(ranks, corpus, out, "--store", "sharded", "--checkpoint-every", "40000", *extra)
+    a = checkpoint.list_checkpoints(str(on / "checkpoints"))
+    b = checkpoint.list_checkpoints(str(off / "checkpoints"))
+    assert len(a) == len(b) >= 3
+    for x, y in zip(a, b):
+        assert digest(checkpoint.load(x)) == digest(checkpoint.load(y))
+    m_on, m_off = last_checkpoint(on).metrics[-1], last_checkpoint(off).metrics[-1]
+    assert m_on["pipeline"] and not m_off["pipeline"]
+    assert m_on["rows_pulled"] == m_off["rows_pulled"] and m_off["rows_refreshed"] == [0] * ranks
+    # the refresh sent rows again, but not all: some prefetched rows were still current
+    assert all(0 < r < p for r, p in zip(m_on["rows_refreshed"], m_on["rows_pulled"]))
+    assert all(s > 0 for s in m_on["prefetch_seconds"]) and m_off["prefetch_seconds"] == [0] * ranks
+
+
 def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
     full = tmp_path / "full"
     train(2, corpus, full, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000")
