@@ -18,7 +18,7 @@ round is one block:
    one thread per rank, on any number of ranks.
 
 Bulk-synchronous: every round trains on the rows as every push of the round before left
-them. Pipelined (``--pipeline``, the default), steps 1-2 of round k+1 run in a second thread
+them. Pipelined (``--pipeline``), steps 1-2 of round k+1 run in a second thread
 while round k trains, and after round k's push the owners send again the rows of that pull
 which the push changed (``ShardStore.refresh``): the same rows, so the same model.
 Checkpoints are one part file per owner plus the usual checkpoint file, whose parameters
@@ -294,7 +294,7 @@ class Prefetch:
 # ------------------------------------------------------------------ the trainer
 class ShardedTrainer(Trainer):
     """The round loop of train.Trainer over a ShardStore: a round plans, pulls, trains the
-    working set and pushes it (module docstring). Pipelined (the default), round k+1 is
+    working set and pushes it (module docstring). Pipelined (--pipeline), round k+1 is
     planned and pulled in a second thread, over a communicator of its own, while round k
     trains; after k's push the owners send again the rows of k+1's pull that the push
     changed (ShardStore.refresh), so round k+1 starts from exactly the rows a pull after the

@@ -84,11 +84,11 @@ def test_sharded_and_replicated_train_the_same_model(corpus, tmp_path, ranks):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_pipeline_trains_the_same_model(corpus, tmp_path, ranks):
-    """--pipeline (the default) pulls round k+1 while round k trains and afterwards refreshes
+    """--pipeline pulls round k+1 while round k trains and afterwards refreshes
     the rows k's push changed: every checkpoint equals the one of --no-pipeline, which pulls
     round k+1 after the push."""
     on, off = tmp_path / "on", tmp_path / "off"
-    for out, extra in ((on, []), (off, ["--no-pipeline"])):
+    for out, extra in ((on, ["--pipeline"]), (off, [])):
         train(ranks, corpus, out, "--store", "sharded", "--checkpoint-every", "40000", *extra)
     a = checkpoint.list_checkpoints(str(on / "checkpoints"))
     b = checkpoint.list_checkpoints(str(off / "checkpoints"))
@@ -103,9 +103,10 @@ def test_pipeline_trains_the_same_model(corpus, tmp_path, ranks):
     assert all(s > 0 for s in m_on["prefetch_seconds"]) and m_off["prefetch_seconds"] == [0] * ranks
 
 
-def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
+@pytest.mark.parametrize("pipeline", ["--no-pipeline", "--pipeline"])
+def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, pipeline):
     full = tmp_path / "full"
-    train(2, corpus, full, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000")
+    train(2, corpus, full, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000", pipeline)
     cks = checkpoint.list_checkpoints(str(full / "checkpoints"))
     assert len(cks) >= 4
     part = tmp_path / "part"
@@ -113,7 +114,7 @@ def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
     for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
         os.unlink(p)          # their part files stay behind as orphans: removed at the start
     proc = train(2, corpus, part, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000",
-                 "--resume", "auto")
+                 "--resume", "auto", pipeline)
     assert "resuming from" in proc.stdout
     assert digest(last_checkpoint(part)) == digest(last_checkpoint(full))
     kept = {os.path.basename(p)[:14] for p in checkpoint.list_checkpoints(str(part / "checkpoints"))}
