@@ -190,10 +190,9 @@ def test_no_rank_allocates_a_full_matrix(tmp_path):
     """A vocabulary of ~258k words at dim 400: one V x d matrix is 413 MB. Every rank's data
     segment is capped at its baseline (after imports and MPI start) plus 90% of that: the
     replicated store fails at once (it needs four such matrices), the sharded store trains,
-    and checkpoints the whole run under the cap on 8 ranks (its own rows: 103 MB; numba's
-    compiled kernels take about 100 MB of the rest). The text export is left out: it streams
-    (tested above), but rank 0's data segment grows by ~300 MB while it writes 258k rows of
-    400 numbers, which this cap does not leave room for."""
+    checkpoints and exports the vectors as text (streamed to rank 0 in pieces, written row
+    by row) under the cap on 8 ranks (its own rows: 103 MB; numba's compiled kernels take
+    about 100 MB of the rest)."""
     demo = tmp_path / "big"
     write_demo(SynthConfig(output=str(demo), tokens=1_000_000, rare_words=300_000, rare_share=0.6, rare_zipf=0.0))
     corpus = demo / "corpus.h5"
@@ -206,10 +205,10 @@ def test_no_rank_allocates_a_full_matrix(tmp_path):
     assert matrix > 350e6
     budget = int(0.9 * matrix)
     args = ["--corpus", str(corpus), "--dim", str(dim), "--epochs", "1", "--threads", "1", "--sync-every", "2000",
-            "--no-progress", "--log-seconds", "0", "--checkpoint-every", "300000", "--no-export"]
+            "--no-progress", "--log-seconds", "0", "--checkpoint-every", "300000"]
     capped = str(ROOT / "tests" / "mpi" / "capped_train.py")
     run_mpi(1, ["-m", "mpidwe.train", *args, "--out", str(tmp_path / "warm"), "--store", "sharded",
-                "--sync-every", "500000"], timeout=900)   # compiles the kernels for this dim
+                "--sync-every", "500000", "--no-export"], timeout=900)   # compiles the kernels for this dim
     proc = run_mpi(8, [capped, str(budget), *args, "--out", str(tmp_path / "rep")], check=False, timeout=900)
     assert proc.returncode != 0 and "MemoryError" in proc.stderr
     proc = run_mpi(8, [capped, str(budget), *args, "--out", str(tmp_path / "sh"), "--store", "sharded"],
@@ -217,3 +216,8 @@ def test_no_rank_allocates_a_full_matrix(tmp_path):
     assert proc.stdout.count("baseline") == 8
     ck = last_checkpoint(tmp_path / "sh")
     assert ck.complete and len(ck.parts) == 8 and ck.progress.words_done == ck.progress.words_total
+    with open(tmp_path / "sh" / "vectors.txt", "rb") as fh:
+        assert fh.readline() == f"{vocab} {dim}\n".encode()
+        first = fh.readline().split()
+        assert first[0].decode() == ck.words[0] and np.array_equal(np.array(first[1:], np.float32), ck.w_in[0])
+    assert sum(1 for _ in open(tmp_path / "sh" / "vectors.txt", "rb")) == vocab + 1
