@@ -226,9 +226,10 @@ def write_word2vec_blocks(path: str, words: list[str], dim: int, blocks, *, bina
                 yield b"".join(w.encode() + b" " + row.tobytes() + b"\n" for w, row in zip(names, le))
             else:
                 # 9 significant digits: every float32 reads back exactly. Row by row: a whole
-                # block's text (thousands of rows' strings alive at once, then freed) leaves
-                # the heap fragmented, and a long export grew the writer's data segment by
-                # ~220 MB (258k rows x 400) where one row's strings at a time keep it flat
+                # block's text (thousands of rows' strings alive at once, then freed) left the
+                # heap fragmented, and a long export grew the writer's data segment by hundreds
+                # of MB; one row's strings at a time keep it flat (tests/test_sharded.py exports
+                # under a memory cap)
                 fmt = " ".join(["%.9g"] * dim)
                 for w, row in zip(names, block.tolist()):
                     yield f"{w} {fmt % tuple(row)}\n".encode()
