@@ -25,7 +25,7 @@ Checkpoints are one part file per owner plus the usual checkpoint file, whose pa
 are virtual datasets over the parts (docs/hdf5-format.md); evaluation gathers only the rows
 it scores, and the final export streams the rows to rank 0 in pieces. No rank ever holds a
 V x d matrix; the V-sized arrays it keeps are the vocabulary's (keep probabilities, the
-negative table, the planner's marks and slot map: 15 bytes per word).
+negative table, the planner's marks and two slot maps: 19 bytes per word).
 """
 
 from __future__ import annotations
