@@ -115,6 +115,19 @@ class Comm:
             return [obj]
         return self._comm.gather(obj, root=root)
 
+    def barrier_sleeping(self, poll_s: float = 0.0005) -> None:
+        """A barrier that sleeps while it waits: it polls a nonblocking barrier every
+        ``poll_s`` seconds. For a second thread: MPICH busy-waits in a blocking collective,
+        and a thread waiting there for a slower rank would take the core its own rank's
+        kernel computes on; after this every rank is there, and the collective runs."""
+        if self._comm is None:
+            return
+        t = time.perf_counter()
+        request = self._comm.Ibarrier()
+        while not request.Test():
+            time.sleep(poll_s)
+        self.stats.add(0, time.perf_counter() - t)
+
     def allgather(self, obj):
         if self._comm is None:
             return [obj]

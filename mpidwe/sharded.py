@@ -141,14 +141,16 @@ class ShardStore:
         out[order] = got
         return out, Request(order, counts, local, asked_counts)
 
-    def pull(self, ws: WorkingSet, comm: Comm | None = None, stats: SyncStats | None = None
-             ) -> tuple[np.ndarray, np.ndarray, tuple[Request, Request]]:
+    def pull(self, ws: WorkingSet, comm: Comm | None = None, stats: SyncStats | None = None,
+             patient: bool = False) -> tuple[np.ndarray, np.ndarray, tuple[Request, Request]]:
         """The working set's rows: input rows of its tokens [T, d], output rows of all [W, d],
         and the two requests (tokens: both matrices; noise words: output only) for
         :meth:`refresh`. ``comm`` and ``stats``: the prefetch thread's own (default: the
-        store's)."""
+        store's); ``patient``: wait for the other ranks asleep first (Comm.barrier_sleeping)."""
         comm, stats = comm or self.comm, stats or self.stats
         t, c = time.perf_counter(), comm.stats.seconds
+        if patient:
+            comm.barrier_sleeping()
         d = self.dim
         both, tokens = self._pull(comm, ws.ids[:ws.n_in], self.own)
         only_out, noise = self._pull(comm, ws.ids[ws.n_in:], self.own[1:])
@@ -340,7 +342,7 @@ class ShardedTrainer(Trainer):
             plan_block(tokens, starts, self.keep, self.table, planned, *self._marks, **self.kernel_args())
         ws = working_set(*self._marks, slots)
         plan_s = time.perf_counter() - t
-        ws_in, ws_out, requests = self.store.pull(ws, comm, stats)
+        ws_in, ws_out, requests = self.store.pull(ws, comm, stats, patient=comm is self.prefetch_comm)
         return Fetched(pieces, scale, position, ws, (ws_in, ws_out), requests, planned, plan_s,
                        time.perf_counter() - t)
 
