@@ -381,8 +381,8 @@ class TrainConfig:
                      choices=["replicated", "sharded"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
-                         "without; the thread needs a core of its own: it busy-waits in MPI, and measured "
-                         "slower where ranks fill the cores, docs/sync-modes.md; --balance speed splits a "
+                         "without; the thread needs a core of its own: where the ranks fill the cores it "
+                         "measured no faster, docs/sync-modes.md; --balance speed splits a "
                          "round only after the one before, so it pulls each round when it starts)")
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
                                   "this multiple of its best value (0: off)")
