@@ -2,6 +2,7 @@
 
     python benchmarks/sharded.py synthetic [--workdir /tmp/bench-sharded] [--ranks 4]
     python benchmarks/sharded.py enwiki    [--workdir /tmp/bench-sharded] [--ranks 2]
+    python benchmarks/sharded.py pipeline  [--workdir /tmp/bench-sharded] [--ranks 2] [--repeat 2]
 
 synthetic: the large-vocabulary synthetic corpus (mpidwe.synth --tokens 45000000 --rare-words
 2200000 --rare-share 0.5 --rare-zipf 0: 2.13M words above min-count 5), dim 100, 1 epoch,
@@ -11,6 +12,15 @@ peak RSS (getrusage ru_maxrss) through this script's --rank-runner mode. Prints,
 peak RSS per rank, bytes sent per trained word (all ranks' communication over the corpus's
 words), words per second (raw tokens x epochs / training seconds, and over the wall time
 of the whole job), quality, and the ratios sharded / replicated.
+
+pipeline: --store sharded with --pipeline against --no-pipeline (alternating, --repeat times
+each) on the first --prefix-tokens words (10M) of the synthetic corpus's text at min-count 1
+(about 2M words: the working sets stay a small part of the vocabulary, as in the use the
+store is for), dim 100, --sync-every 50000, no evaluation or export. Prints, per run, the
+training loop's words/s, the communication the training thread waited for (pulls, waiting
+for the prefetch, pushes, refreshes: the slowest rank's seconds per round), the prefetch
+thread's seconds, the rows refreshed per row pulled, bytes per word and the final loss
+(which must be the same: the pipeline does not change the model), then the ratios.
 """
 
 from __future__ import annotations
@@ -58,6 +68,28 @@ def prepare_synthetic(workdir: Path) -> tuple[str, list[str], dict]:
     return str(corpus), flags, {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
 
 
+def prepare_prefix(workdir: Path, tokens: int) -> tuple[str, list[str], dict]:
+    """The first ``tokens`` words (whole lines) of the synthetic corpus's text, at min-count 1."""
+    from ranks import env
+
+    prepare_synthetic(workdir)
+    text = workdir / f"synth-prefix-{tokens}.txt"
+    corpus = workdir / f"synth-prefix-{tokens}.h5"
+    if not corpus.exists():
+        n = 0
+        with open(workdir / "synth-large" / "demo.txt", encoding="utf-8") as src, open(text, "w") as dst:
+            for line in src:
+                dst.write(line)
+                n += len(line.split())
+                if n >= tokens:
+                    break
+        subprocess.run([sys.executable, "-m", "mpidwe.preprocess", str(text), "--output", str(corpus),
+                        "--min-count", "1"], check=True, env=env())
+        text.unlink()
+    flags = ["--epochs", "1", "--dim", "100", "--sync-every", "50000", "--no-export"]
+    return str(corpus), flags, {}
+
+
 def finished(out: Path, ranks: int) -> bool:
     rss_dir = out.parent / f"{out.name}-rss"
     try:
@@ -68,7 +100,7 @@ def finished(out: Path, ranks: int) -> bool:
 
 
 def run_store(corpus: str, flags: list[str], names: dict, ranks: int, store: str, out: Path,
-              reuse: bool = False) -> dict:
+              reuse: bool = False, extra: tuple[str, ...] = ()) -> dict:
     from ranks import env, mpi_launch
 
     rss_dir = out.parent / f"{out.name}-rss"
@@ -79,7 +111,7 @@ def run_store(corpus: str, flags: list[str], names: dict, ranks: int, store: str
     for f in rss_dir.iterdir():
         f.unlink()
     train = ["--corpus", corpus, "--out", str(out), "--force", "--threads", "1", "--store", store,
-             "--no-progress", "--log-seconds", "0", "--no-verify-corpus", *flags]
+             "--no-progress", "--log-seconds", "0", "--no-verify-corpus", *flags, *extra]
     cmd = mpi_launch(ranks, [str(Path(__file__).resolve()), "--rank-runner", str(rss_dir), "--", *train])
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
@@ -93,6 +125,7 @@ def run_store(corpus: str, flags: list[str], names: dict, ranks: int, store: str
 
 def summarize(out: Path, rss_dir: Path, names: dict, ranks: int, store: str, wall: float | None) -> dict:
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    ev = last.get("eval") or {}
     if wall is None and (rss_dir / "wall").exists():
         wall = float((rss_dir / "wall").read_text())
     rss = [int((rss_dir / f"rss-{r}").read_text()) for r in range(ranks)]
@@ -102,14 +135,19 @@ def summarize(out: Path, rss_dir: Path, names: dict, ranks: int, store: str, wal
             "words_per_s_wall": last["words"] / wall if wall else None,
             "train_s": last["seconds"], "wall_s": wall, "loss": last["loss"],
             "compute_s": max(last["compute_seconds"]), "sync_comm_s": max(last["sync_comm_seconds"]),
-            "sim": last["eval"].get(names["sim"]), "analogy": last["eval"].get(names["analogy"])}
+            "sim": ev.get(names.get("sim")), "analogy": ev.get(names.get("analogy")),
+            **({"pipeline": last["pipeline"], "rounds": last["syncs"],
+                "exposed_ms_per_round": round(1e3 * max(last["exposed_comm_seconds"]) / max(last["syncs"], 1), 1),
+                "prefetch_ms_per_round": round(1e3 * max(last["prefetch_seconds"]) / max(last["syncs"], 1), 1),
+                "refreshed_per_pulled": round(sum(last["rows_refreshed"]) / max(sum(last["rows_pulled"]), 1), 3),
+                "working_set_rows": max(last["working_set_rows"])} if "pipeline" in last else {})}
 
 
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--rank-runner":
         sys.exit(rank_runner(sys.argv[2], sys.argv[4:]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=["synthetic", "enwiki"])
+    ap.add_argument("kind", choices=["synthetic", "enwiki", "pipeline"])
     ap.add_argument("--workdir", default="/tmp/bench-sharded")
     ap.add_argument("--ranks", type=int, default=0, help="default: 4 (synthetic), 2 (enwiki)")
     ap.add_argument("--stores", default="replicated,sharded")
@@ -118,10 +156,15 @@ def main() -> None:
                          "depend on the rank count (four V x d matrices from 2 ranks on), so fewer ranks "
                          "measure it where P of them would not fit in this machine's memory")
     ap.add_argument("--reuse", action="store_true", help="reuse a finished run found in the work folder")
+    ap.add_argument("--prefix-tokens", type=int, default=10_000_000, help="pipeline: words of the synthetic text")
+    ap.add_argument("--repeat", type=int, default=2, help="pipeline: runs of each mode, alternating")
     a = ap.parse_args()
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     ranks = a.ranks or (4 if a.kind == "synthetic" else 2)
+    if a.kind == "pipeline":
+        pipeline(workdir, ranks, a.prefix_tokens, a.repeat)
+        return
     if a.kind == "synthetic":
         corpus, flags, names = prepare_synthetic(workdir)
     else:
@@ -143,6 +186,27 @@ def main() -> None:
                                  if sh["words_per_s_wall"] and rep["words_per_s_wall"] else None),
             "sim_diff": round(sh["sim"] - rep["sim"], 4), "analogy_diff": round(sh["analogy"] - rep["analogy"], 4),
         }))
+
+
+def pipeline(workdir: Path, ranks: int, tokens: int, repeat: int) -> None:
+    corpus, flags, names = prepare_prefix(workdir, tokens)
+    rows = {"on": [], "off": []}
+    for i in range(repeat):
+        for mode in ("on", "off"):
+            out = workdir / f"pipeline-{ranks}-{mode}-{i}"
+            r = run_store(corpus, flags, names, ranks, "sharded", out, extra=("--pipeline" if mode == "on"
+                                                                               else "--no-pipeline",))
+            rows[mode].append(r)
+            print(json.dumps(r), flush=True)
+            if r.get("exit"):
+                return
+    on, off = rows["on"], rows["off"]
+    print(json.dumps({
+        "ranks": ranks,
+        "same_loss": all(r["loss"] == off[0]["loss"] for r in on + off),
+        "speed_ratio": [round(a["words_per_s"] / b["words_per_s"], 3) for a, b in zip(on, off)],
+        "exposed_ratio": [round(a["exposed_ms_per_round"] / b["exposed_ms_per_round"], 3) for a, b in zip(on, off)],
+    }))
 
 
 if __name__ == "__main__":

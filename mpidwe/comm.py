@@ -71,6 +71,21 @@ class Comm:
                               f"not match this MPI (MPICH needs srun --mpi=pmi2, Open MPI srun --mpi=pmix)")
         return comm
 
+    def dup(self) -> "Comm":
+        """A second communicator over the same ranks, with its own accounting (collective).
+        With :attr:`thread_multiple`, its collectives may run in another thread while this
+        one's run in the first: MPI orders collectives per communicator."""
+        return Comm.serial() if self._comm is None else Comm(self._comm.Dup())
+
+    @property
+    def thread_multiple(self) -> bool:
+        """Whether MPI runs with MPI_THREAD_MULTIPLE (mpi4py asks for it by default)."""
+        if self._comm is None:
+            return True
+        from mpi4py import MPI
+
+        return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
     @property
     def is_root(self) -> bool:
         return self.rank == 0
@@ -99,6 +114,19 @@ class Comm:
         if self._comm is None:
             return [obj]
         return self._comm.gather(obj, root=root)
+
+    def barrier_sleeping(self, poll_s: float = 0.0005) -> None:
+        """A barrier that sleeps while it waits: it polls a nonblocking barrier every
+        ``poll_s`` seconds. For a second thread: MPICH busy-waits in a blocking collective,
+        and a thread waiting there for a slower rank would take the core its own rank's
+        kernel computes on; after this every rank is there, and the collective runs."""
+        if self._comm is None:
+            return
+        t = time.perf_counter()
+        request = self._comm.Ibarrier()
+        while not request.Test():
+            time.sleep(poll_s)
+        self.stats.add(0, time.perf_counter() - t)
 
     def allgather(self, obj):
         if self._comm is None:

@@ -379,6 +379,11 @@ class TrainConfig:
                      "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
                      "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md)",
                      choices=["replicated", "sharded"])
+    pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
+                         "trains, then send again only the rows this round's push changed (the same model as "
+                         "without; the thread needs a core of its own: where the ranks fill the cores it "
+                         "measured no faster, docs/sync-modes.md; --balance speed splits a "
+                         "round only after the one before, so it pulls each round when it starts)")
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
                                   "this multiple of its best value (0: off)")
     guard_max_abs: float = opt(100.0, "divergence guard: stop (exit 3) when a synced parameter exceeds "

@@ -17,18 +17,23 @@ round is one block:
    max(s, n / 2). The result is bit-identical to ``--store replicated --sync sparse`` with
    one thread per rank, on any number of ranks.
 
-Bulk-synchronous: every round waits for its pull, which sees every push of the round before.
+Bulk-synchronous: every round trains on the rows as every push of the round before left
+them. Pipelined (``--pipeline``), steps 1-2 of round k+1 run in a second thread
+while round k trains, and after round k's push the owners send again the rows of that pull
+which the push changed (``ShardStore.refresh``): the same rows, so the same model.
 Checkpoints are one part file per owner plus the usual checkpoint file, whose parameters
 are virtual datasets over the parts (docs/hdf5-format.md); evaluation gathers only the rows
 it scores, and the final export streams the rows to rank 0 in pieces. No rank ever holds a
 V x d matrix; the V-sized arrays it keeps are the vocabulary's (keep probabilities, the
-negative table, the planner's marks and slot map: 15 bytes per word).
+negative table, the planner's marks and two slot maps: 19 bytes per word).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -92,6 +97,22 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, log
 
 
 # ------------------------------------------------------------------ the exchanges
+@dataclass
+class Request:
+    """One pull, as both sides remember it for a refresh. Requester: it sent ``ids[order]``,
+    ``counts[r]`` of them to rank r. Owner: it answered ``asked`` (local rows, requester
+    after requester, ``asked_counts[r]`` for rank r)."""
+
+    order: np.ndarray
+    counts: np.ndarray
+    asked: np.ndarray
+    asked_counts: np.ndarray
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+
 class ShardStore:
     """One rank's rows of both matrices and the collectives that move them. Every method is
     a collective that all ranks call in the same order."""
@@ -101,42 +122,52 @@ class ShardStore:
         self.own = (w_in, w_out)
         self.dim = w_in.shape[1]
         self._pos = np.full(len(w_in), -1, dtype=np.int32)
+        # the own rows the last push changed, per matrix: what a refresh sends again
+        self._changed = (np.zeros(len(w_in), dtype=bool), np.zeros(len(w_in), dtype=bool))
         self.stats = SyncStats()
         self.rows_pulled = 0
         self.rows_pushed = 0
+        self.rows_refreshed = 0
 
-    def _pull(self, ids: np.ndarray, mats: tuple[np.ndarray, ...]) -> np.ndarray:
+    def _pull(self, comm: Comm, ids: np.ndarray, mats: tuple[np.ndarray, ...]) -> tuple[np.ndarray, Request]:
         """Rows ``ids`` of the owners' ``mats`` (side by side), in the order of ``ids``."""
-        p = self.comm.size
+        p = comm.size
         order, counts = group_by_owner(ids, p)
-        asked, asked_counts = self.comm.alltoallv(ids[order], counts)
+        asked, asked_counts = comm.alltoallv(ids[order], counts)
         local = asked // p
         rows = mats[0][local] if len(mats) == 1 else np.concatenate([m[local] for m in mats], axis=1)
-        got, _ = self.comm.alltoallv(rows, asked_counts, recv_counts=counts)
+        got, _ = comm.alltoallv(rows, asked_counts, recv_counts=counts)
         out = np.empty_like(got)
         out[order] = got
-        return out
+        return out, Request(order, counts, local, asked_counts)
 
-    def pull(self, ws: WorkingSet) -> tuple[np.ndarray, np.ndarray]:
-        """The working set's rows: input rows of its tokens [T, d], output rows of all [W, d]."""
-        t, c = time.perf_counter(), self.comm.stats.seconds
+    def pull(self, ws: WorkingSet, comm: Comm | None = None, stats: SyncStats | None = None,
+             patient: bool = False) -> tuple[np.ndarray, np.ndarray, tuple[Request, Request]]:
+        """The working set's rows: input rows of its tokens [T, d], output rows of all [W, d],
+        and the two requests (tokens: both matrices; noise words: output only) for
+        :meth:`refresh`. ``comm`` and ``stats``: the prefetch thread's own (default: the
+        store's); ``patient``: wait for the other ranks asleep first (Comm.barrier_sleeping)."""
+        comm, stats = comm or self.comm, stats or self.stats
+        t, c = time.perf_counter(), comm.stats.seconds
+        if patient:
+            comm.barrier_sleeping()
         d = self.dim
-        both = self._pull(ws.ids[:ws.n_in], self.own)
-        only_out = self._pull(ws.ids[ws.n_in:], self.own[1:])
+        both, tokens = self._pull(comm, ws.ids[:ws.n_in], self.own)
+        only_out, noise = self._pull(comm, ws.ids[ws.n_in:], self.own[1:])
         ws_in = np.ascontiguousarray(both[:, :d])
         ws_out = np.empty((ws.size, d), dtype=np.float32)
         ws_out[:ws.n_in] = both[:, d:]
         ws_out[ws.n_in:] = only_out
         self.rows_pulled += ws.size + ws.n_in
-        self._account(t, c)
-        return ws_in, ws_out
+        self._account(t, c, comm, stats)
+        return ws_in, ws_out, (tokens, noise)
 
     def push(self, ws: WorkingSet, trained, base, touched) -> float:
         """Send the touched rows' changes (a world of one: the rows) to their owners, who
         apply them; returns the largest |value| written on any row this rank owns."""
         t, c = time.perf_counter(), self.comm.stats.seconds
         p, biggest = self.comm.size, 0.0
-        for own, mat, b, mask in zip(self.own, trained, base, touched):
+        for own, mat, b, mask, changed in zip(self.own, trained, base, touched, self._changed):
             sel = np.flatnonzero(mask)
             rows = ws.ids[sel]
             values = mat[sel] if p == 1 else mat[sel] - b[sel]
@@ -148,13 +179,47 @@ class ShardStore:
             biggest = max(biggest, apply_pushed(
                 own, got_rows // p, got_values, got_counts, self.scale, p == 1, self._pos,
                 np.empty((n, self.dim), np.float32), np.empty(n, np.int32), np.empty(n, np.int64)))
+            changed[:] = False
+            changed[got_rows // p] = True
         self.stats.syncs += 1
-        self._account(t, c)
+        self._account(t, c, self.comm, self.stats)
         return float(biggest)
 
-    def _account(self, t: float, c: float) -> None:
-        self.stats.seconds += time.perf_counter() - t
-        self.stats.comm_seconds += self.comm.stats.seconds - c
+    def refresh(self, ws: WorkingSet, ws_in: np.ndarray, ws_out: np.ndarray, requests: tuple[Request, Request]
+                ) -> None:
+        """After a push: the rows of a working set pulled before it (the pipeline's prefetch)
+        that the push changed, sent again by their owners with their current values, so the
+        set holds exactly what a pull now would. Token rows travel with both matrices if
+        either changed, noise rows with the output matrix."""
+        t, c = time.perf_counter(), self.comm.stats.seconds
+        tokens, noise = requests
+        self._refresh(tokens, self._changed[0] | self._changed[1], self.own, (ws_in, ws_out), 0)
+        self._refresh(noise, self._changed[1], self.own[1:], (ws_out,), ws.n_in)
+        self._account(t, c, self.comm, self.stats)
+
+    def _refresh(self, req: Request, changed: np.ndarray, mats: tuple[np.ndarray, ...],
+                 dest: tuple[np.ndarray, ...], first_slot: int) -> None:
+        p, d = self.comm.size, self.dim
+        # owner: the asked rows that changed, as positions within their requester's request
+        hit = np.flatnonzero(changed[req.asked])
+        requester = np.repeat(np.arange(p), req.asked_counts)[hit]
+        positions = hit - _starts(req.asked_counts)[requester]
+        counts = np.bincount(requester, minlength=p).astype(np.int64)
+        local = req.asked[hit]
+        rows = mats[0][local] if len(mats) == 1 else np.concatenate([m[local] for m in mats], axis=1)
+        got_pos, got_counts = self.comm.alltoallv(positions, counts)
+        got, _ = self.comm.alltoallv(rows, counts, recv_counts=got_counts)
+        # requester: position j from owner o is the j-th id it sent o, at slot order[start_o + j]
+        owner = np.repeat(np.arange(p), got_counts)
+        slots = first_slot + req.order[_starts(req.counts)[owner] + got_pos]
+        for k, m in enumerate(dest):
+            m[slots] = got[:, k * d:(k + 1) * d]
+        self.rows_refreshed += len(slots) * len(dest)
+
+    @staticmethod
+    def _account(t: float, c: float, comm: Comm, stats: SyncStats) -> None:
+        stats.seconds += time.perf_counter() - t
+        stats.comm_seconds += comm.stats.seconds - c
 
     def gather_rows(self, ids: np.ndarray, matrix: int = 0) -> np.ndarray | None:
         """Rank 0: rows ``ids`` (sorted, unique) of one matrix; None elsewhere."""
@@ -190,10 +255,52 @@ class ShardStore:
             yield block
 
 
+# ------------------------------------------------------------------ the pipeline
+@dataclass
+class Fetched:
+    """A round planned and pulled: its words, its working set and that set's rows."""
+
+    pieces: list                      # the round's (tokens, sentence starts)
+    scale: float                      # global words one of this rank's words stands for
+    position: int                     # this rank's stream position at the end of the round
+    ws: WorkingSet
+    rows: tuple[np.ndarray, np.ndarray]        # the working set's input and output rows
+    requests: tuple[Request, Request]          # for ShardStore.refresh
+    rng_after: np.ndarray             # the RNG states training the round ends with
+    plan_s: float
+    seconds: float                    # planning and pulling
+
+
+class Prefetch:
+    """A call run in a second thread (the next round's plan and pull, while this round
+    trains: the kernel and the planner release the GIL, and so does MPI)."""
+
+    def __init__(self, fn, *args):
+        self._result, self._error = None, None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name="mpidwe-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args) -> None:
+        try:
+            self._result = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
+            self._error = e
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 # ------------------------------------------------------------------ the trainer
 class ShardedTrainer(Trainer):
     """The round loop of train.Trainer over a ShardStore: a round plans, pulls, trains the
-    working set and pushes it (module docstring)."""
+    working set and pushes it (module docstring). Pipelined (--pipeline), round k+1 is
+    planned and pulled in a second thread, over a communicator of its own, while round k
+    trains; after k's push the owners send again the rows of k+1's pull that the push
+    changed (ShardStore.refresh), so round k+1 starts from exactly the rows a pull after the
+    push would give: the same model as without the pipeline."""
 
     def setup_params(self, v: int) -> None:
         if self.plan.kernel != "numba":
@@ -201,9 +308,22 @@ class ShardedTrainer(Trainer):
         self.store = self.syncer = ShardStore(self.comm, v, self.state.w_in, self.state.w_out, self.plan.scale)
         self.touched = []
         self._marks = (np.zeros(v, dtype=np.uint8), np.zeros(v, dtype=np.uint8))
-        self._slots = np.full(v, -1, dtype=np.int32)
-        self._round = None        # (working set, trained rows, base rows, touched masks)
+        # two global -> slot tables: the next round plans into one while this round trains on the other
+        self._slots = (np.full(v, -1, dtype=np.int32), np.full(v, -1, dtype=np.int32))
+        self._round = None        # (Fetched, base rows, touched masks) of the round trained last
         self.ws_rows = 0          # the largest working set so far (rows)
+        # --balance speed splits round k+1 by the speeds measured in round k: nothing to prefetch
+        self.pipelined = self.cfg.pipeline and self.cfg.balance != "speed"
+        if self.pipelined and not self.comm.thread_multiple:
+            raise ConfigError("the sharded store's pipeline needs MPI_THREAD_MULTIPLE, which this MPI does not "
+                              "give; run with --no-pipeline")
+        self.prefetch_comm = self.comm.dup() if self.pipelined else None
+        self.prefetch_stats = SyncStats()
+        self._prefetch: Prefetch | None = None    # the next round's plan and pull, under way
+        self._next: Fetched | None = None         # the next round's rows, pulled and refreshed
+        self.position: int | None = None          # the stream position after the last round trained
+        self.exposed_s = 0.0      # seconds the training thread spent pulling, waiting, pushing, refreshing
+        self.prefetch_s = 0.0     # seconds of the prefetch thread (hidden behind training)
 
     def params_to_host(self) -> None:
         """Nothing to copy: the owned rows are host arrays."""
@@ -213,57 +333,95 @@ class ShardedTrainer(Trainer):
         return dict(model=cfg.model, window=cfg.window, negative=cfg.negative, threads=self.plan.threads,
                     shared_negatives=self.shared_negatives)
 
-    def train_round(self, rnd: int, bar) -> tuple[int, float, float]:
-        cfg, p = self.cfg, self.state.progress
-        pieces, scale = self.round_pieces(rnd)
-        pieces = list(pieces)            # the round's words, known before it trains
+    def fetch(self, pieces: list, scale: float, position: int, rng: np.ndarray, slots: np.ndarray, comm: Comm,
+              stats: SyncStats) -> Fetched:
+        """Plan the round (from RNG states ``rng``, left untouched) and pull its rows."""
         t = time.perf_counter()
-        planned = self.rng.copy()
+        planned = rng.copy()
         for tokens, starts in pieces:
             plan_block(tokens, starts, self.keep, self.table, planned, *self._marks, **self.kernel_args())
-        ws = working_set(*self._marks, self._slots)
-        self.ws_rows = max(self.ws_rows, ws.size)
+        ws = working_set(*self._marks, slots)
         plan_s = time.perf_counter() - t
-        ws_in, ws_out = self.store.pull(ws)
+        ws_in, ws_out, requests = self.store.pull(ws, comm, stats, patient=comm is self.prefetch_comm)
+        return Fetched(pieces, scale, position, ws, (ws_in, ws_out), requests, planned, plan_s,
+                       time.perf_counter() - t)
+
+    def _pieces(self, rnd: int) -> tuple[list, float, int]:
+        pieces, scale = self.round_pieces(rnd)
+        pieces = list(pieces)            # the round's words, known before it trains
+        return pieces, scale, self.stream.consumed
+
+    def train_round(self, rnd: int, bar) -> tuple[int, float, float]:
+        cfg, p = self.cfg, self.state.progress
+        f, self._next = self._next, None
+        if f is None:                    # not prefetched: the first round of this process, or no pipeline
+            f = self.fetch(*self._pieces(rnd), self.rng, self._slots[rnd % 2], self.comm, self.store.stats)
+            self.compute_s += f.plan_s
+            self.exposed_s += f.seconds - f.plan_s
+        if self.pipelined and rnd + 1 < self.plan.rounds:
+            self._prefetch = Prefetch(self.fetch, *self._pieces(rnd + 1), f.rng_after, self._slots[(rnd + 1) % 2],
+                                      self.prefetch_comm, self.prefetch_stats)
+        ws, (ws_in, ws_out), scale = f.ws, f.rows, f.scale
+        self.ws_rows = max(self.ws_rows, ws.size)
         base = (ws_in.copy(), ws_out.copy()) if self.comm.size > 1 else (None, None)
         touched = (np.zeros(ws.n_in, dtype=np.uint8), np.zeros(ws.size, dtype=np.uint8))
         keep = np.ascontiguousarray(self.keep[ws.ids[:ws.n_in]])
         t = time.perf_counter()
         words, loss, examples = 0, 0.0, 0.0
-        for tokens, starts in pieces:
+        for tokens, starts in f.pieces:
             l, n_ex, n_words = cpu.train_block(
-                ws_in, ws_out, self._slots[tokens], starts, keep, self.table, self.rng, lr0=self.local_lr,
+                ws_in, ws_out, ws.slots[tokens], starts, keep, self.table, self.rng, lr0=self.local_lr,
                 lr_min=self.local_lr * cfg.min_lr_ratio, words_done=p.words_done + scale * words,
                 words_scale=scale, words_total=self.plan.words_total, touched_in=touched[0],
-                touched_out=touched[1], neg_slots=self._slots, **self.kernel_args())
+                touched_out=touched[1], neg_slots=ws.slots, **self.kernel_args())
             words += n_words
             self.local_words += n_words
             loss += l
             examples += n_ex
             if bar is not None:
                 bar.update(n_words * self.comm.size)
-        if not np.array_equal(planned, self.rng):
+        if not np.array_equal(f.rng_after, self.rng):
             raise AssertionError("the planner's random stream differs from the kernel's")
-        seconds = time.perf_counter() - t + plan_s
+        seconds = time.perf_counter() - t
         self.compute_s += seconds
-        self.round_speed = words / seconds if words and seconds > 0 else 0.0
-        self._round = (ws, (ws_in, ws_out), base, touched)
+        self.round_speed = words / (seconds + f.plan_s) if words and seconds > 0 else 0.0
+        self.position = f.position
+        self._round = (f, base, touched)
         return words, loss, examples
 
     def sync_round(self) -> float:
-        ws, trained, base, touched = self._round
+        """Wait for the next round's pull, push this round's changes, then refresh the next
+        round's rows that the push changed."""
+        f, base, touched = self._round
         self._round = None
-        return self.store.push(ws, trained, base, touched)
+        t = time.perf_counter()
+        nxt, self._prefetch = (self._prefetch.result() if self._prefetch is not None else None), None
+        biggest = self.store.push(f.ws, f.rows, base, touched)
+        if nxt is not None:
+            self.store.refresh(nxt.ws, *nxt.rows, nxt.requests)
+            self.prefetch_s += nxt.seconds
+        self._next = nxt
+        self.exposed_s += time.perf_counter() - t
+        return biggest
 
     def metrics_record(self, *args, **kwargs) -> dict | None:
-        """The replicated record, plus per rank the largest working set so far (rows) and the
-        rows pulled and pushed since the start."""
+        """The replicated record (its comm_bytes with the prefetch thread's bytes added), plus
+        per rank: the largest working set so far (rows); the rows pulled, pushed and sent
+        again by refreshes since the start (rows of either matrix); the seconds the training
+        thread spent in pulls, waiting for the prefetch, pushes and refreshes (the exposed
+        communication) and the prefetch thread's seconds (planning and pulling, hidden)."""
         record = super().metrics_record(*args, **kwargs)
-        per_rank = self.comm.gather((self.ws_rows, self.store.rows_pulled, self.store.rows_pushed))
+        st = self.store
+        extra = self.prefetch_comm.stats.bytes_sent if self.prefetch_comm is not None else 0
+        per_rank = self.comm.gather((self.ws_rows, st.rows_pulled, st.rows_pushed, st.rows_refreshed, extra,
+                                     self.exposed_s, self.prefetch_s))
         if record is not None:
-            record["working_set_rows"] = [int(r[0]) for r in per_rank]
-            record["rows_pulled"] = [int(r[1]) for r in per_rank]
-            record["rows_pushed"] = [int(r[2]) for r in per_rank]
+            record["comm_bytes"] = [b + int(r[4]) for b, r in zip(record["comm_bytes"], per_rank)]
+            record["pipeline"] = self.pipelined
+            for k, key in enumerate(("working_set_rows", "rows_pulled", "rows_pushed", "rows_refreshed")):
+                record[key] = [int(r[k]) for r in per_rank]
+            record["exposed_comm_seconds"] = [round(r[5], 4) for r in per_rank]
+            record["prefetch_seconds"] = [round(r[6], 4) for r in per_rank]
         return record
 
     # ---------------------------------------------------------------- evaluation
@@ -286,7 +444,8 @@ class ShardedTrainer(Trainer):
     # ---------------------------------------------------------------- checkpoint, export
     def save_checkpoint(self, complete: bool) -> str | None:
         """Every owner writes its part; rank 0 then writes the checkpoint that joins them."""
-        gathered = self.comm.gather((self.rng.copy(), self.stream.consumed))
+        position = self.stream.consumed if self.position is None or self.balanced else self.position
+        gathered = self.comm.gather((self.rng.copy(), position))
         state, comm = self.state, self.comm
         if comm.is_root:
             width = max(len(g[0]) for g in gathered)

@@ -82,9 +82,31 @@ def test_sharded_and_replicated_train_the_same_model(corpus, tmp_path, ranks):
         assert got.read_bytes() == want.read_bytes()
 
 
-def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_pipeline_trains_the_same_model(corpus, tmp_path, ranks):
+    """--pipeline pulls round k+1 while round k trains and afterwards refreshes
+    the rows k's push changed: every checkpoint equals the one of --no-pipeline, which pulls
+    round k+1 after the push."""
+    on, off = tmp_path / "on", tmp_path / "off"
+    for out, extra in ((on, ["--pipeline"]), (off, [])):
+        train(ranks, corpus, out, "--store", "sharded", "--checkpoint-every", "40000", *extra)
+    a = checkpoint.list_checkpoints(str(on / "checkpoints"))
+    b = checkpoint.list_checkpoints(str(off / "checkpoints"))
+    assert len(a) == len(b) >= 3
+    for x, y in zip(a, b):
+        assert digest(checkpoint.load(x)) == digest(checkpoint.load(y))
+    m_on, m_off = last_checkpoint(on).metrics[-1], last_checkpoint(off).metrics[-1]
+    assert m_on["pipeline"] and not m_off["pipeline"]
+    assert m_on["rows_pulled"] == m_off["rows_pulled"] and m_off["rows_refreshed"] == [0] * ranks
+    # the refresh sent rows again, but not all: some prefetched rows were still current
+    assert all(0 < r < p for r, p in zip(m_on["rows_refreshed"], m_on["rows_pulled"]))
+    assert all(s > 0 for s in m_on["prefetch_seconds"]) and m_off["prefetch_seconds"] == [0] * ranks
+
+
+@pytest.mark.parametrize("pipeline", ["--no-pipeline", "--pipeline"])
+def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, pipeline):
     full = tmp_path / "full"
-    train(2, corpus, full, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000")
+    train(2, corpus, full, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000", pipeline)
     cks = checkpoint.list_checkpoints(str(full / "checkpoints"))
     assert len(cks) >= 4
     part = tmp_path / "part"
@@ -92,7 +114,7 @@ def test_sharded_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path):
     for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
         os.unlink(p)          # their part files stay behind as orphans: removed at the start
     proc = train(2, corpus, part, "--store", "sharded", "--epochs", "2", "--checkpoint-every", "100000",
-                 "--resume", "auto")
+                 "--resume", "auto", pipeline)
     assert "resuming from" in proc.stdout
     assert digest(last_checkpoint(part)) == digest(last_checkpoint(full))
     kept = {os.path.basename(p)[:14] for p in checkpoint.list_checkpoints(str(part / "checkpoints"))}
@@ -168,10 +190,9 @@ def test_no_rank_allocates_a_full_matrix(tmp_path):
     """A vocabulary of ~258k words at dim 400: one V x d matrix is 413 MB. Every rank's data
     segment is capped at its baseline (after imports and MPI start) plus 90% of that: the
     replicated store fails at once (it needs four such matrices), the sharded store trains,
-    and checkpoints the whole run under the cap on 8 ranks (its own rows: 103 MB; numba's
-    compiled kernels take about 100 MB of the rest). The text export is left out: it streams
-    (tested above), but rank 0's data segment grows by ~300 MB while it writes 258k rows of
-    400 numbers, which this cap does not leave room for."""
+    checkpoints and exports the vectors as text (streamed to rank 0 in pieces, written row
+    by row) under the cap on 8 ranks (its own rows: 103 MB; numba's compiled kernels take
+    about 100 MB of the rest)."""
     demo = tmp_path / "big"
     write_demo(SynthConfig(output=str(demo), tokens=1_000_000, rare_words=300_000, rare_share=0.6, rare_zipf=0.0))
     corpus = demo / "corpus.h5"
@@ -184,10 +205,10 @@ def test_no_rank_allocates_a_full_matrix(tmp_path):
     assert matrix > 350e6
     budget = int(0.9 * matrix)
     args = ["--corpus", str(corpus), "--dim", str(dim), "--epochs", "1", "--threads", "1", "--sync-every", "2000",
-            "--no-progress", "--log-seconds", "0", "--checkpoint-every", "300000", "--no-export"]
+            "--no-progress", "--log-seconds", "0", "--checkpoint-every", "300000"]
     capped = str(ROOT / "tests" / "mpi" / "capped_train.py")
     run_mpi(1, ["-m", "mpidwe.train", *args, "--out", str(tmp_path / "warm"), "--store", "sharded",
-                "--sync-every", "500000"], timeout=900)   # compiles the kernels for this dim
+                "--sync-every", "500000", "--no-export"], timeout=900)   # compiles the kernels for this dim
     proc = run_mpi(8, [capped, str(budget), *args, "--out", str(tmp_path / "rep")], check=False, timeout=900)
     assert proc.returncode != 0 and "MemoryError" in proc.stderr
     proc = run_mpi(8, [capped, str(budget), *args, "--out", str(tmp_path / "sh"), "--store", "sharded"],
@@ -195,3 +216,8 @@ def test_no_rank_allocates_a_full_matrix(tmp_path):
     assert proc.stdout.count("baseline") == 8
     ck = last_checkpoint(tmp_path / "sh")
     assert ck.complete and len(ck.parts) == 8 and ck.progress.words_done == ck.progress.words_total
+    with open(tmp_path / "sh" / "vectors.txt", "rb") as fh:
+        assert fh.readline() == f"{vocab} {dim}\n".encode()
+        first = fh.readline().split()
+        assert first[0].decode() == ck.words[0] and np.array_equal(np.array(first[1:], np.float32), ck.w_in[0])
+    assert sum(1 for _ in open(tmp_path / "sh" / "vectors.txt", "rb")) == vocab + 1

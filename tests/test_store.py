@@ -182,7 +182,7 @@ def test_serial_store_pull_push_and_streams():
     w_in, w_out = rng.normal(size=(40, 4)).astype(np.float32), rng.normal(size=(40, 4)).astype(np.float32)
     st = ShardStore(comm, 40, w_in.copy(), w_out.copy(), scale=1)
     ws = store.WorkingSet(np.array([3, 7, 1, 30, 5], np.int64), 3, np.zeros(40, np.int32))
-    a, b = st.pull(ws)
+    a, b, _ = st.pull(ws)
     assert np.array_equal(a, w_in[[3, 7, 1]]) and np.array_equal(b, w_out[[3, 7, 1, 30, 5]])
     a += 1
     b[3] -= 1
@@ -192,6 +192,34 @@ def test_serial_store_pull_push_and_streams():
     ids = np.array([1, 3, 30])
     assert np.array_equal(st.gather_rows(ids), st.own[0][ids])
     assert np.array_equal(np.concatenate(list(st.row_blocks(1, piece_rows=16))), st.own[1])
+
+
+def test_refresh_gives_a_prefetched_set_the_rows_a_pull_after_the_push_would():
+    """The pipeline pulls round k+1 before round k's push; the refresh sends again exactly
+    the rows of that pull the push changed (a token row with both matrices if either did)."""
+    comm = Comm.serial()
+    rng = np.random.default_rng(1)
+    w_in, w_out = rng.normal(size=(50, 3)).astype(np.float32), rng.normal(size=(50, 3)).astype(np.float32)
+    st = ShardStore(comm, 50, w_in.copy(), w_out.copy(), scale=1)
+    ws = store.WorkingSet(np.array([4, 9, 2, 40, 11], np.int64), 3, np.zeros(50, np.int32))
+    nxt = store.WorkingSet(np.array([9, 40, 5, 4, 2, 11, 33], np.int64), 3, np.zeros(50, np.int32))
+    a, b, _ = st.pull(ws)
+    na, nb, requests = st.pull(nxt)             # the prefetch: before the push
+    a[[0, 2]] += 1                              # input rows of 4 and 2
+    b[3] -= 2                                   # output row of 40 (a token of nxt)
+    b[4] += 3                                   # output row of 11 (a noise row of nxt)
+    st.push(ws, (a, b), (None, None), (np.array([1, 0, 1], np.uint8), np.array([0, 0, 0, 1, 1], np.uint8)))
+    stale = (na.copy(), nb.copy())
+    assert not np.array_equal(stale[1], st.pull(nxt)[1])
+    before = st.rows_refreshed
+    st.refresh(nxt, na, nb, requests)
+    want_in, want_out, _ = st.pull(nxt)
+    assert np.array_equal(na, want_in) and np.array_equal(nb, want_out)
+    # of nxt's tokens only 40 changed (its output row): it travels with both matrices; of its
+    # noise rows only 11's output row changed (4 and 2 changed input rows, which noise rows lack)
+    assert st.rows_refreshed - before == 2 + 1
+    assert np.array_equal(na[[0, 2]], stale[0][[0, 2]]) and np.array_equal(nb[2:], np.concatenate(
+        (stale[1][2:5], want_out[5:6], stale[1][6:])))
 
 
 def test_part_files_join_into_a_sealed_checkpoint(tmp_path):

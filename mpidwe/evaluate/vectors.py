@@ -21,7 +21,6 @@ the escape keeps them apart and shows which character it was.
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import re
@@ -226,10 +225,14 @@ def write_word2vec_blocks(path: str, words: list[str], dim: int, blocks, *, bina
                 le = block.astype("<f4", copy=False)
                 yield b"".join(w.encode() + b" " + row.tobytes() + b"\n" for w, row in zip(names, le))
             else:
-                # 9 significant digits: every float32 reads back exactly
-                buf = io.StringIO()
-                np.savetxt(buf, block, fmt="%.9g")
-                yield "".join(f"{w} {row}\n" for w, row in zip(names, buf.getvalue().splitlines())).encode()
+                # 9 significant digits: every float32 reads back exactly. Row by row: a whole
+                # block's text (thousands of rows' strings alive at once, then freed) left the
+                # heap fragmented, and a long export grew the writer's data segment by hundreds
+                # of MB; one row's strings at a time keep it flat (tests/test_sharded.py exports
+                # under a memory cap)
+                fmt = " ".join(["%.9g"] * dim)
+                for w, row in zip(names, block.tolist()):
+                    yield f"{w} {fmt % tuple(row)}\n".encode()
         if a != len(words):
             raise ValueError(f"{a} rows for {len(words)} words")
 

@@ -118,6 +118,32 @@ except MpidweError as e:
     assert "rank 0 says no" in str(e) and e.agreed and e.exit_code == EXIT_DIVERGED
 assert comm.on_root(lambda: "still in step") == "still in step"
 
+# dup: a second communicator whose collectives run in another thread while this thread's
+# run on the first (the sharded store's prefetch); barrier_sleeping waits for every rank
+import threading  # noqa: E402
+import time  # noqa: E402
+
+assert comm.thread_multiple
+second = comm.dup()
+got = {}
+
+
+def in_thread():
+    time.sleep(0.05 * comm.rank)          # arrive at different times: the barrier must hold
+    second.barrier_sleeping()
+    rows, counts = second.alltoallv(np.full((P, 2), comm.rank, dtype=np.int64), np.ones(P, dtype=np.int64))
+    got["rows"] = rows
+
+
+thread = threading.Thread(target=in_thread)
+thread.start()
+main_side = comm.allgather(comm.rank * 10)          # meanwhile, on the first communicator
+thread.join()
+assert main_side == [r * 10 for r in range(P)]
+assert got["rows"][:, 0].tolist() == list(range(P)) and second.stats.calls == 2 and second.stats.seconds > 0
+# no rank left the barrier before the last one (which slept 0.05 (P - 1) s) entered it
+assert second.stats.seconds >= 0.05 * (P - 1 - comm.rank) - 0.01, second.stats.seconds
+
 # node-local rank: all ranks are on this machine
 assert comm.node_size == comm.size and comm.node_rank == comm.rank
 if comm.is_root:
