@@ -192,7 +192,7 @@ def fit(words: list[str], vectors: np.ndarray, options: CharModelOptions = CharM
     clean = [model.encode(w) for w in words]
     target_t = torch.from_numpy(targets)
     copies = int(math.floor(options.noise))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     steps_done, losses = 0, []
     try:
         epoch = 0
@@ -224,7 +224,8 @@ def fit(words: list[str], vectors: np.ndarray, options: CharModelOptions = CharM
         torch.set_num_threads(prev_threads)
     net.eval()
     model.info = {"fitted_words": len(words), "epoch_losses": [round(x, 6) for x in losses],
-                  "seconds": round(time.perf_counter() - t0, 2), "torch_version": torch.__version__}
+                  "seconds": round(time.perf_counter() - t0, 2),
+                  "cpu_seconds": round(time.process_time() - c0, 2), "torch_version": torch.__version__}
     return model
 
 

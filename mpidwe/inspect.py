@@ -480,7 +480,7 @@ def run(argv=None) -> int:
         r = fit_chars(a)
         print(json.dumps(r) if a.json else f"wrote {r['char_model']} (fitted to {r['fitted_words']:,} words of "
               f"{r['checkpoint']}, {r['matrix']} matrix, final loss {r['epoch_losses'][-1]:.4f}, "
-              f"{r['seconds']:.0f} s)")
+              f"{r['seconds']:.0f} s, {r['cpu_seconds']:.0f} s of CPU)")
         return 0
     if command == "plot":
         out = plot(a.path, a.output)
