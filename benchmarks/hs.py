@@ -2,6 +2,7 @@
 
     python benchmarks/hs.py [--input ../shared/data/enwiki-extract-100M.txt.gz] [--epochs 1]
                             [--workdir DIR] [--only NAME ...] [--models skipgram cbow]
+                            [--seed N] [--mpidwe-flags "--sync-every 250000"]
 
 The hyper-parameters of benchmarks/train.py (dim 100, window 5, sample 1e-4, lr 0.025 (0.05
 for CBOW), min-count 5, text8-style normalisation), with hierarchical softmax instead of
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -69,6 +71,8 @@ def main() -> int:
     p.add_argument("--workdir", default=None, help="keep corpus and vectors here (default: a temp dir)")
     p.add_argument("--models", nargs="*", default=["skipgram", "cbow"], choices=["skipgram", "cbow"])
     p.add_argument("--only", nargs="*", default=None, help="run only these layouts (e.g. 1x2 gensim-file)")
+    p.add_argument("--mpidwe-flags", default="", help="more flags for every mpidwe run, one string (e.g. "
+                   "'--sync-every 250000' to test the sync interval of the 2 x 1 layout)")
     a = p.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="mpidwe-hs-")
     os.makedirs(work, exist_ok=True)
@@ -93,7 +97,8 @@ def main() -> int:
             ranks, threads, more = layout
             out = os.path.join(work, f"run-{model}-{name}")
             secs, last = run_mpidwe(corpus, out, ranks, threads, "sparse", a.epochs, a.seed,
-                                    ["--loss", "hs", "--model", model, "--lr", str(lr), *more])
+                                    ["--loss", "hs", "--model", model, "--lr", str(lr), *more,
+                                     *shlex.split(a.mpidwe_flags)])
             table[key] = {"seconds": secs, **score(os.path.join(out, "vectors.txt"))}
     print(f"\n{'run':28s} {'seconds':>8s} {'words/s':>10s} {'x g-file':>8s} {'x g-iter':>8s} {'WS353':>7s} "
           f"{'dWS file':>8s} {'dWS iter':>8s} {'analogy':>8s} {'dA file':>8s} {'dA iter':>8s}")

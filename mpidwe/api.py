@@ -308,7 +308,7 @@ def load(path, *, matrix: str = "input", warn=None) -> WordVectors:
         return WordVectors(words, vectors, None, path=path, matrix=matrix)
     ck = read_checkpoint(path, warn=warn or _log.warning)
     run_dir = path if kind == "run" else _run_dir_of(ck.path)
-    oov = oov_model(ck.config, ck.words, ck.w_in, ck)
+    oov = oov_model(ck.config, ck.words, ck.w_in, ck, matrix)
     vectors = _matrix(ck, matrix, oov.word_vectors() if isinstance(oov, SubwordOOV) else None)
     return WordVectors(ck.words, vectors, ck.counts, path=path, checkpoint=ck,
                        run_dir=run_dir, matrix=matrix, oov=oov)
@@ -330,13 +330,27 @@ class SubwordOOV:
         return self.table.vector(self.w_in, word)
 
 
-def oov_model(config: dict, words, w_in, ck=None):
-    """The OOV model of a checkpoint (its subwords, from its configuration and input rows),
-    or None. ``ck``: the checkpoint itself, for models kept beside it (none yet)."""
+def oov_model(config: dict, words, w_in, ck=None, matrix: str = "input"):
+    """The OOV model of a checkpoint, or None: its subwords (from its configuration and input
+    rows), else the character generator fitted to its ``matrix`` vectors and stored beside
+    ``ck`` (``python -m mpidwe.inspect RUN fit-chars``; checkpoint.load_char_model)."""
     if config.get("subwords"):
         from .subwords import build_table
 
         return SubwordOOV(build_table(list(words), config["minn"], config["maxn"], config["buckets"]), w_in)
+    if ck is not None and ck.path:
+        from .checkpoint import load_char_model
+
+        stored = load_char_model(ck)
+        if stored is not None and stored[2] == matrix:
+            from .charmodel import CharModel
+
+            meta, params, _ = stored
+            try:
+                return CharModel.from_state(meta, params)
+            except (KeyError, TypeError, ValueError, RuntimeError) as e:   # shapes or names that do not fit
+                raise InputError(f"{ck.path}: its character model does not fit this mpidwe: "
+                                 f"{str(e).splitlines()[0]}") from None
     return None
 
 

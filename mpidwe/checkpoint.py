@@ -470,6 +470,89 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
         raise InputError(f"{path} is damaged: {e}") from None
 
 
+# ------------------------------------------------------------ the character generator
+CHAR_FORMAT = "mpidwe-char-model"
+CHAR_VERSION = 1
+A_CHECKPOINT = "checkpoint"
+A_CHECKPOINT_SHA = "checkpoint_content_sha256"
+A_MATRIX = "matrix"
+A_META = "model"
+G_CHAR_PARAMS = "params"
+
+
+def char_model_path(ckpt_path: str) -> str:
+    """Where the character generator fitted to a checkpoint lives: beside it,
+    ``ckpt-NNNNNNNNN.chars.h5`` (which list_checkpoints does not count as a checkpoint)."""
+    base = os.path.basename(ckpt_path)
+    stem = base[:-3] if base.endswith(".h5") else base
+    return os.path.join(os.path.dirname(os.path.abspath(ckpt_path)), stem + ".chars.h5")
+
+
+def _content_attr(ckpt_path: str) -> str:
+    with h5py.File(ckpt_path, "r", locking=False) as f:
+        return _str(f.attrs.get(A_CONTENT, f.attrs.get(A_CHECKSUM, "")))
+
+
+def save_char_model(ck: Checkpoint, meta: dict, params: dict[str, np.ndarray], matrix: str) -> str:
+    """Write the character generator fitted to checkpoint ``ck`` beside it, atomically and
+    sealed; it names the checkpoint and its content checksum, so it is never used with
+    another checkpoint. ``meta``: JSON-able (alphabet, options, ...); ``params``: name ->
+    float32 array. The checkpoint itself is not touched."""
+    path = char_model_path(ck.path)
+    try:
+        with atomic_path(path) as tmp:
+            with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
+                f.attrs[A_FORMAT] = CHAR_FORMAT
+                f.attrs[A_VERSION] = CHAR_VERSION
+                f.attrs[A_TOOL_VERSION] = __version__
+                f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+                f.attrs[A_CHECKPOINT] = os.path.basename(ck.path)
+                f.attrs[A_CHECKPOINT_SHA] = _content_attr(ck.path)
+                f.attrs[A_VOCAB_SHA] = vocab_sha256(ck.words)
+                f.attrs[A_MATRIX] = matrix
+                f.attrs[A_META] = json.dumps(meta, sort_keys=True)
+                for name, value in sorted(params.items()):
+                    f.create_dataset(f"{G_CHAR_PARAMS}/{name}", data=np.asarray(value, dtype=np.float32))
+                f.flush()
+                f.attrs[A_CONTENT] = content_sha256(f)
+                f.flush()
+            seal(tmp, [])      # small: the seal covers every byte
+    except OSError as e:
+        raise InputError(f"cannot write character model {path}: {reason(e)}") from None
+    return path
+
+
+def load_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] | None:
+    """(meta, params, matrix) of the character generator beside checkpoint ``ck``, or None
+    when there is none. A file that is damaged, of another format or version, or fitted to
+    another checkpoint is refused with one line."""
+    path = char_model_path(ck.path)
+    if not os.path.exists(path):
+        return None
+    check_seal(path, "character model")
+    try:
+        f = h5py.File(path, "r", locking=False)
+    except OSError:
+        raise unreadable(path, "character model") from None
+    try:
+        with f:
+            check_format(f.attrs, path, CHAR_FORMAT, CHAR_VERSION, "character model")
+            if content_sha256(f) != _str(f.attrs[A_CONTENT]):
+                raise InputError(f"{path} is damaged: content checksum mismatch")
+            if (_str(f.attrs[A_CHECKPOINT_SHA]) != _content_attr(ck.path)
+                    or _str(f.attrs[A_VOCAB_SHA]) != vocab_sha256(ck.words)):
+                raise InputError(f"{path} was fitted to another checkpoint than {ck.path} (fit it again: "
+                                 f"python -m mpidwe.inspect {ck.path} fit-chars --force)")
+            params = {}
+            f[G_CHAR_PARAMS].visititems(lambda name, obj: params.__setitem__(name, obj[()])
+                                        if isinstance(obj, h5py.Dataset) else None)
+            return json.loads(_str(f.attrs[A_META])), params, _str(f.attrs[A_MATRIX])
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{path} is damaged: {e}") from None
+
+
 def latest_valid(directory: str, warn=None, params: bool = True) -> Checkpoint | None:
     """The newest checkpoint in ``directory`` that loads and verifies; damaged ones are
     skipped with a warning. ``params=False``: as :func:`load`."""

@@ -223,6 +223,10 @@ class PreprocessConfig:
     sentence_length: int = opt(1000, "cut lines into sentences of at most this many kept tokens")
     block_bytes: int = opt(4 << 20, "bytes read at a time by each rank (bounds memory)")
     force: bool = opt(False, "overwrite an existing output file")
+    hold_out: str | None = opt(None, "a UTF-8 file of words (whitespace-separated) to leave out of the "
+                               "vocabulary, as written after --lowercase/--normalize: their tokens are "
+                               "dropped like rare words, so the words stay unseen (to measure vectors for "
+                               "out-of-vocabulary words)")
     append: str | None = opt(None, "grow this corpus instead: the text becomes a new segment (old token ids "
                              "unchanged, new words reaching --min-count in the new text get ids after the "
                              "existing ones, counts updated); the text options and --min-count are the "
@@ -234,6 +238,8 @@ class PreprocessConfig:
                "--append replaces the corpus it grows; --output cannot name another file (copy the "
                "corpus first to keep the old one)")
         _check(self.inputs.count("-") <= 1, "standard input (-) given more than once")
+        _check(self.hold_out is None or self.append is None,
+               "--hold-out builds a new vocabulary; --append keeps the corpus's own")
         _positive("min_count", self.min_count)
         if self.max_vocab is not None:
             _positive("max_vocab", self.max_vocab)

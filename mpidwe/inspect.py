@@ -7,6 +7,7 @@
     inspect PATH analogy - [-k 5]                         the same for each 'a b c' line of stdin
     inspect PATH vectors [WORD ...]                       'word v1 ... vd' per word (none or -: stdin)
     inspect PATH export --format word2vec-text|word2vec-binary [--matrix input|output|sum] -o FILE
+    inspect PATH fit-chars [--words 50000 --steps 6000 ...]  fit the character model for unseen words
     inspect RUN_DIR plot -o curves.png                    loss, words/s and evaluation curves
 
 PATH is a run directory (its newest valid checkpoint), a checkpoint file, or a word2vec text or
@@ -43,6 +44,7 @@ import os
 import sys
 
 from .api import MATRICES, WordVectors, load
+from .charmodel import CharModelOptions
 from .errors import ConfigError, InputError, MpidweError
 from .fsutil import atomic_path
 
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable output (JSON; one JSON line per query in batch mode)")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND",
-                           help="summary (the default), neighbors, analogy, vectors, export or plot")
+                           help="summary (the default), neighbors, analogy, vectors, export, fit-chars "
+                           "or plot")
 
     def matrix_arg(parser):
         parser.add_argument("--matrix", choices=MATRICES, default="input",
@@ -101,6 +104,29 @@ def build_parser() -> argparse.ArgumentParser:
     matrix_arg(e)
     e.add_argument("-o", "--output", required=True, help="the file to write (atomically)")
     e.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    f = sub.add_parser("fit-chars", parents=[common], help="fit the character model for unseen words",
+                       description="Fit the character-level generator (a BiLSTM over the characters of a word, "
+                       "Mimick) to the vectors of a checkpoint (a run directory: its newest valid one) and "
+                       "store it beside the checkpoint as ckpt-NNNNNNNNN.chars.h5; neighbors, analogy, "
+                       "vectors, mpidwe.load and evaluate --oov then answer words outside the vocabulary "
+                       "with it. Not for --subwords runs, whose n-grams already answer them.")
+    d = CharModelOptions()
+    for name, kind, text in [
+            ("words", int, "fit on this many most frequent words"),
+            ("steps", int, "Adam steps, batches of --batch spellings (the epochs follow from --words)"),
+            ("batch", int, "spellings per step, all of one length"),
+            ("lr", float, "Adam's learning rate, decayed linearly to a tenth"),
+            ("char_dim", int, "character embedding size"),
+            ("hidden", int, "LSTM state size per direction"),
+            ("mlp", int, "hidden layer of the MLP from the LSTM states to the vector"),
+            ("noise", float, "misspelt copies of each word per epoch (one random edit each, same target)"),
+            ("alphabet", int, "characters kept (the most frequent); the rest share one id"),
+            ("seed", int, "random seed"),
+            ("threads", int, "torch threads")]:
+        f.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name),
+                       help=f"{text} (default {getattr(d, name)})")
+    matrix_arg(f)
+    f.add_argument("--force", action="store_true", help="replace a character model already fitted")
     pl = sub.add_parser("plot", parents=[common], help="training curves of a run directory as a PNG")
     pl.add_argument("-o", "--output", required=True, help="the PNG file to write (atomically)")
     return p
@@ -162,8 +188,8 @@ def print_vectors_summary(s: dict) -> None:
 
 
 # -------------------------------------------------------------------- queries
-NO_OOV = ("these vectors have no model for words outside the vocabulary (train with --subwords "
-          "for one)")
+NO_OOV = ("these vectors have no model for words outside the vocabulary (train with --subwords, or "
+          f"fit one to a checkpoint: {PROG} RUN fit-chars)")
 
 
 def unknown(vecs: WordVectors, words) -> list[str]:
@@ -414,6 +440,32 @@ def export_streamed(a, ck) -> None:
           f"{len(ck.parts)} parts)")
 
 
+# -------------------------------------------------------------------- the character model
+def fit_chars(a) -> dict:
+    """Fit the character generator to a checkpoint's vectors and store it beside it."""
+    import dataclasses
+
+    from . import api, checkpoint, charmodel
+
+    if api.kind_of(a.path) == "word2vec":
+        raise InputError(f"fit-chars stores the model beside a checkpoint; {a.path} is a word2vec file "
+                         f"(give the run directory or a checkpoint)")
+    options = CharModelOptions(**{f.name: getattr(a, f.name) for f in dataclasses.fields(CharModelOptions)})
+    options.check()
+    ck = api.read_checkpoint(a.path, warn=_warn)
+    if ck.config.get("subwords"):
+        raise InputError(f"{ck.path} was trained with --subwords: its n-grams already answer words outside "
+                         f"the vocabulary")
+    out = checkpoint.char_model_path(ck.path)
+    if os.path.exists(out) and not a.force:
+        raise InputError(f"a character model exists: {out} (use --force to fit it again)")
+    vectors = api._matrix(ck, a.matrix)
+    log = None if a.json else (lambda line: print(line, file=sys.stderr, flush=True))
+    model = charmodel.fit(ck.words, vectors, options, log=log)
+    checkpoint.save_char_model(ck, model.meta(), model.state(), a.matrix)
+    return {"char_model": out, "checkpoint": ck.path, "matrix": a.matrix, **model.info}
+
+
 # -------------------------------------------------------------------- command
 def _warn(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr)
@@ -424,6 +476,12 @@ def run(argv=None) -> int:
     command = a.command or "summary"
     if command in ("plot", "export"):
         check_output(a.output)
+    if command == "fit-chars":
+        r = fit_chars(a)
+        print(json.dumps(r) if a.json else f"wrote {r['char_model']} (fitted to {r['fitted_words']:,} words of "
+              f"{r['checkpoint']}, {r['matrix']} matrix, final loss {r['epoch_losses'][-1]:.4f}, "
+              f"{r['seconds']:.0f} s, {r['cpu_seconds']:.0f} s of CPU)")
+        return 0
     if command == "plot":
         out = plot(a.path, a.output)
         print(json.dumps({"plot": out}) if a.json else f"wrote {out}")

@@ -61,6 +61,18 @@ def build_vocab(counts: dict[bytes, int], min_count: int, max_vocab: int | None)
     return [w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64)
 
 
+def hold_out(words: list[bytes], counts: np.ndarray, path: str):
+    """The vocabulary without the words of the file ``path`` (whitespace-separated, UTF-8):
+    their tokens are then dropped as a rare word's are."""
+    try:
+        with open(path, "rb") as fh:
+            drop = set(fh.read().split())
+    except OSError as e:
+        raise InputError(f"cannot read --hold-out file {path}: {reason(e)}") from None
+    keep = [i for i, w in enumerate(words) if w not in drop]
+    return [words[i] for i in keep], counts[np.asarray(keep, dtype=np.int64)]
+
+
 def grow_vocab(old_words: list[bytes], old_counts: np.ndarray, seen, min_count: int,
                max_vocab: int | None):
     """The vocabulary of a corpus grown by a new segment (``--append``). ``seen``: (word,
@@ -577,6 +589,8 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, id_paths: list[str],
             words, counts = build_vocab_from_table(total, cfg.min_count, cfg.max_vocab)
         else:
             words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab)
+        if cfg.hold_out:
+            words, counts = hold_out(words, counts, cfg.hold_out)
         if not words:
             raise InputError(f"no word occurs at least --min-count={cfg.min_count} times "
                              f"({totals.raw_tokens} tokens, {len(total)} distinct)")

@@ -88,3 +88,19 @@ def make_demo_corpus(directory, *, tokens: int, seed: int):
     preprocess(PreprocessConfig(inputs=(str(directory / "demo.txt"),), output=str(directory / "corpus.h5")),
                Comm.serial(), log=None)
     return directory
+
+
+def clusters(demo) -> dict:
+    """word -> cluster id of the demo's content words (DIR/demo-clusters.tsv)."""
+    return dict(line.split() for line in open(demo / "demo-clusters.tsv"))
+
+
+def misspelt(vecs, labels, n=40):
+    """(changed word, original) for cluster words with one middle character replaced."""
+    out = []
+    for w in [w for w in labels if len(w) >= 6 and w in vecs][:n]:
+        i = len(w) // 2
+        changed = w[:i] + ("x" if w[i] != "x" else "q") + w[i + 1:]
+        if changed not in vecs:
+            out.append((changed, w))
+    return out

@@ -711,3 +711,37 @@ def test_sentences_of_slices_are_the_sentences_of_the_whole():
         carries = sentence_carries(kept, last)
         parts = [sentence_starts(m, c, k, length) + a for m, c, k, a in zip(local, carries, kept, bounds)]
         assert np.concatenate(parts).tolist() == whole.tolist(), (trial, n, length, lines, bounds)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_hold_out_drops_the_words_as_rare_words_are_dropped(tmp_path, engine):
+    """--hold-out FILE: the corpus is the reference's with those words' tokens gone, as if
+    they occurred below --min-count; a word of the file that is not in the text is harmless."""
+    text = make_text(tmp_path)
+    src = tmp_path / "in.txt"
+    src.write_bytes(text)
+    held = tmp_path / "held.txt"
+    held.write_text("w1 w2\nWord7\n  nosuchword\n")
+    out = tmp_path / "c.h5"
+    run(PreprocessConfig(inputs=(str(src),), output=str(out), min_count=2, hold_out=str(held)),
+        Comm.serial(), log=None, engine=engine)
+    dropped = text
+    for w in (b"w1", b"w2", b"Word7"):
+        dropped = re.sub(rb"(?<!\S)" + w + rb"(?!\S)", b"", dropped)
+    words, counts, ids, sents = reference([dropped], min_count=2)
+    data, attrs = read(out)
+    got = [w.decode() for w in data["vocab/words"]]
+    assert got == words and {"w1", "w2", "Word7"} & set(reference([text], min_count=2)[0]) == {"w1", "w2", "Word7"}
+    assert data["tokens"].tolist() == ids and data["sentences"].tolist() == sents
+    assert '"hold_out"' in attrs["options"]
+
+
+def test_hold_out_errors_are_one_line(tmp_path):
+    (tmp_path / "in.txt").write_text("a b c a b a\n")
+    proc = run_py(["-m", "mpidwe.preprocess", "in.txt", "--hold-out", "missing.txt", "--min-count", "1"], cwd=tmp_path)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and "cannot read --hold-out file missing.txt" in lines[0]
+    assert not (tmp_path / "corpus.h5").exists()
+    proc = run_py(["-m", "mpidwe.preprocess", "in.txt", "--hold-out", "x", "--append", "corpus.h5"], cwd=tmp_path)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and "--append keeps the corpus's own" in lines[0]

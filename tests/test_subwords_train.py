@@ -16,7 +16,7 @@ from mpidwe.comm import Comm
 from mpidwe.config import TrainConfig
 from mpidwe.train import run as train
 
-from conftest import error_lines, make_demo_corpus, run_mpi, run_py
+from conftest import clusters, error_lines, make_demo_corpus, misspelt, run_mpi, run_py
 
 BUCKETS = 20_000
 
@@ -34,21 +34,6 @@ def trained(demo, tmp_path_factory):
                       eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),))
     res = train(cfg, Comm.serial(), log=None)
     return out, res
-
-
-def clusters(demo) -> dict:
-    return dict(line.split() for line in open(demo / "demo-clusters.tsv"))
-
-
-def misspelt(vecs, labels, n=40):
-    """(changed word, original) for cluster words with one middle character replaced."""
-    out = []
-    for w in [w for w in labels if len(w) >= 6 and w in vecs][:n]:
-        i = len(w) // 2
-        changed = w[:i] + ("x" if w[i] != "x" else "q") + w[i + 1:]
-        if changed not in vecs:
-            out.append((changed, w))
-    return out
 
 
 def test_subword_run_learns_the_answer_key_and_stores_its_buckets(demo, trained):

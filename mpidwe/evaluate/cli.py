@@ -102,7 +102,8 @@ def with_oov_rows(cfg: EvaluateConfig) -> tuple[list[str], np.ndarray]:
     vecs = load(cfg.vectors)
     if vecs.oov is None:
         raise InputError(f"--oov: {cfg.vectors} has no model for words outside the vocabulary (a run "
-                         f"directory or checkpoint trained with --subwords has one)")
+                         f"directory or checkpoint trained with --subwords has one, or one given a "
+                         f"character model by python -m mpidwe.inspect RUN fit-chars)")
     missing = []
     for path in cfg.similarity:
         for a, b, _ in read_similarity(path):

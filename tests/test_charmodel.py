@@ -1,0 +1,205 @@
+"""The character-level generator (``inspect RUN fit-chars``): a misspelt cluster word's
+neighbours come from its cluster, the stored model (beside the checkpoint, sealed, bound to
+it) round-trips, its write is crash-safe, and every misuse is one error line."""
+
+import json
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+import mpidwe
+from mpidwe import checkpoint
+from mpidwe.charmodel import CharModelOptions, corrupt, fit
+from mpidwe.comm import Comm
+from mpidwe.config import TrainConfig
+from mpidwe.errors import ConfigError, InputError
+from mpidwe.train import run as train
+
+from conftest import clusters, make_demo_corpus, misspelt, run_py
+
+STEPS = "4000"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return make_demo_corpus(tmp_path_factory.mktemp("chardemo"), tokens=300_000, seed=5)
+
+
+@pytest.fixture(scope="module")
+def fitted(demo, tmp_path_factory):
+    """A plain (no subwords) demo run with a character model fitted by the command."""
+    out = tmp_path_factory.mktemp("charrun") / "run"
+    cfg = TrainConfig(corpus=str(demo / "corpus.h5"), out=str(out), dim=32, epochs=2, threads=1, progress=False,
+                      sync_every=50_000, sample=1e-3)
+    train(cfg, Comm.serial(), log=None)
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "fit-chars", "--steps", STEPS, "--json"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads(proc.stdout)
+
+
+def one_error(proc, text):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and text in lines[0], proc.stderr
+
+
+def test_a_misspelt_cluster_word_has_neighbours_from_its_cluster(demo, fitted):
+    out, info = fitted
+    vecs = mpidwe.load(str(out))
+    assert vecs.oov is not None and vecs.oov.kind == "chars"
+    assert info["fitted_words"] == len(vecs) and info["epoch_losses"][-1] < 0.1
+    labels = clusters(demo)
+    pairs = misspelt(vecs, labels)
+    assert len(pairs) >= 30
+    found = same = 0
+    for changed, original in pairs:
+        near = [w for w, _ in vecs.most_similar(changed, topn=5)]
+        found += original in near
+        same += sum(labels.get(w) == labels[original] for w in near)
+    # chance is 1 in 20 clusters (and 5 in 1,400 words for the original): measured 0.85 and
+    # 0.60 at 4,000 steps. The demo's words are random syllables, so this is learnt mostly
+    # from the misspelt copies the fit trains on (--noise 0: 0.515 and 0.325)
+    assert same / (5 * len(pairs)) > 0.6 and found / len(pairs) > 0.35, (found, same, len(pairs))
+    # known words keep their own vectors; the model answers only the others
+    np.testing.assert_array_equal(vecs[vecs.words[3]], vecs.vectors[3])
+
+
+def test_inspect_and_evaluate_answer_unseen_words_with_the_char_model(demo, fitted, tmp_path):
+    out, _ = fitted
+    vecs = mpidwe.load(str(out))
+    changed, original = misspelt(vecs, clusters(demo))[0]
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "neighbors", changed, "-k", "3"])
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stderr
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "vectors"], input=f"{original} {changed}\n")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and [ln.split()[0] for ln in lines] == [original, changed], proc.stderr
+    np.testing.assert_allclose(np.array(lines[1].split()[1:], dtype=np.float32), vecs.vector(changed), rtol=1e-5)
+    pairs = tmp_path / "pairs.tsv"
+    words = vecs.words[:6]
+    pairs.write_text("".join(f"{a}\t{b}\t{i}\n" for i, (a, b) in enumerate(zip(words, words[1:]))) +
+                     f"{changed}\t{original}\t9\n")
+    proc = run_py(["-m", "mpidwe.evaluate", str(out), "--similarity", str(pairs), "--json", "--oov"])
+    assert proc.returncode == 0 and json.loads(proc.stdout)["similarity"][0]["covered"] == 6, proc.stderr
+    # the output matrix has no model (it was fitted to the input vectors)
+    assert mpidwe.load(str(out), matrix="output").oov is None
+
+
+def test_the_stored_model_round_trips_and_is_not_a_checkpoint(fitted):
+    out, info = fitted
+    ckdir = str(out / "checkpoints")
+    ck = checkpoint.latest_valid(ckdir)
+    path = checkpoint.char_model_path(ck.path)
+    assert info["char_model"] == path and os.path.basename(path).endswith(".chars.h5")
+    assert [os.path.basename(p) for p in checkpoint.list_checkpoints(ckdir)] == [os.path.basename(ck.path)]
+    with h5py.File(path, "r") as f:
+        assert f.attrs["format"] == "mpidwe-char-model" and int(f.attrs["format_version"]) == 1
+        assert f.attrs["checkpoint"] == os.path.basename(ck.path) and f.attrs["matrix"] == "input"
+        names = set()
+        f["params"].visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Dataset) else None)
+    assert {"embed.weight", "lstm.weight_ih_l0", "lstm.weight_ih_l0_reverse", "mlp.2.weight"} <= names
+    meta, params, matrix = checkpoint.load_char_model(ck)
+    from mpidwe.charmodel import CharModel
+
+    a = CharModel.from_state(meta, params).vectors(["zzkrop", "a"])
+    b = mpidwe.load(str(out)).oov.vectors(["zzkrop", "a"])
+    np.testing.assert_array_equal(a, b)
+    assert np.allclose(np.linalg.norm(a, axis=1), meta["scale"], rtol=1e-4)
+
+
+def copy_run(out, tmp_path):
+    dst = tmp_path / "run"
+    shutil.copytree(out, dst)
+    ck = checkpoint.latest_valid(str(dst / "checkpoints"))
+    return dst, ck, checkpoint.char_model_path(ck.path)
+
+
+def test_a_damaged_or_foreign_model_is_one_error_line(fitted, tmp_path):
+    out, _ = fitted
+    dst, ck, path = copy_run(out, tmp_path)
+    good = open(path, "rb").read()
+    # a flipped byte: the seal refuses the file before HDF5 reads it
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x40
+    open(path, "wb").write(bytes(bad))
+    with pytest.raises(InputError, match=r"chars\.h5 is damaged: the file fails its checksum"):
+        mpidwe.load(str(dst))
+    one_error(run_py(["-m", "mpidwe.inspect", str(dst), "neighbors", "zzkrop"]), "chars.h5 is damaged")
+    # another format version
+    open(path, "wb").write(good)
+    with h5py.File(path, "r+") as f:
+        f.attrs["format_version"] = 99
+    from mpidwe.formats import seal
+
+    seal(path, [])
+    with pytest.raises(InputError, match="character model format version 99"):
+        mpidwe.load(str(dst))
+    # a model fitted to another checkpoint (the same name, other parameters)
+    open(path, "wb").write(good)
+    ck.state.w_in[0, 0] += 1.0          # saved under the same name: it replaces the fitted checkpoint
+    checkpoint.save(os.path.dirname(ck.path), ck)
+    proc = run_py(["-m", "mpidwe.inspect", str(dst), "vectors", "zzkrop"])
+    one_error(proc, "was fitted to another checkpoint")
+    # --force fits it again
+    proc = run_py(["-m", "mpidwe.inspect", str(dst), "fit-chars", "--force", "--steps", "20", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    assert mpidwe.load(str(dst)).oov.kind == "chars"
+
+
+def test_a_failed_write_keeps_the_old_model_and_leaves_no_temporary(fitted, tmp_path, monkeypatch):
+    out, _ = fitted
+    dst, ck, path = copy_run(out, tmp_path)
+    before = open(path, "rb").read()
+    meta, params, _ = checkpoint.load_char_model(ck)
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", full_disk)
+    with pytest.raises(InputError, match="cannot write character model .*No space left on device"):
+        checkpoint.save_char_model(ck, meta, params, "input")
+    monkeypatch.undo()
+    assert open(path, "rb").read() == before
+    assert sorted(os.listdir(os.path.dirname(path))) == sorted([os.path.basename(ck.path), os.path.basename(path)])
+
+
+def test_fit_chars_refuses_what_it_cannot_fit_in_one_line(fitted, demo, tmp_path):
+    out, _ = fitted
+    one_error(run_py(["-m", "mpidwe.inspect", str(out), "fit-chars"]), "a character model exists")
+    one_error(run_py(["-m", "mpidwe.inspect", str(out / "vectors.txt"), "fit-chars"]), "is a word2vec file")
+    one_error(run_py(["-m", "mpidwe.inspect", str(out), "fit-chars", "--force", "--steps", "0"]),
+              "--steps must be >= 1")
+    one_error(run_py(["-m", "mpidwe.inspect", str(out), "fit-chars", "--force", "--noise", "-1"]), "--noise")
+    sub = tmp_path / "sub"
+    train(TrainConfig(corpus=str(demo / "corpus.h5"), out=str(sub), dim=8, epochs=1, threads=1, progress=False,
+                      subwords=True, buckets=1000, export=False), Comm.serial(), log=None)
+    one_error(run_py(["-m", "mpidwe.inspect", str(sub), "fit-chars"]), "trained with --subwords")
+    # without a model, a word2vec file's answer names the way to get one
+    one_error(run_py(["-m", "mpidwe.inspect", str(out / "vectors.txt"), "neighbors", "zzkrop"]), "fit-chars")
+
+
+def test_corrupt_makes_one_edit_and_fit_is_seeded():
+    rng = np.random.default_rng(0)
+    w, kinds = "kropital", set()
+    for _ in range(200):
+        c = corrupt(w, list("xyz"), rng)
+        if len(c) == len(w):
+            diff = [i for i in range(len(w)) if c[i] != w[i]]
+            swap = len(diff) == 2 and diff[1] == diff[0] + 1 and c[diff[0]] == w[diff[1]]
+            assert len(diff) == 1 or swap, c
+            kinds.add("swap" if swap else "substitute")
+        else:
+            short, long_ = (c, w) if len(c) < len(w) else (w, c)
+            assert len(long_) == len(short) + 1 and any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+            kinds.add("delete" if len(c) < len(w) else "insert")
+    assert kinds == {"substitute", "delete", "insert", "swap"}
+    words = [f"w{i}x" for i in range(50)]
+    vecs = np.random.default_rng(1).normal(size=(50, 8)).astype(np.float32)
+    o = CharModelOptions(steps=30, batch=16, hidden=16, mlp=16, char_dim=8)
+    a, b = fit(words, vecs, o), fit(words, vecs, o)
+    np.testing.assert_array_equal(a.vectors(["w3y", "q"]), b.vectors(["w3y", "q"]))
+    with pytest.raises(ConfigError, match="--hidden must be >= 1"):
+        fit(words, vecs, CharModelOptions(hidden=0))
+    with pytest.raises(InputError, match="no word with a finite"):
+        fit(words, np.zeros_like(vecs), o)
