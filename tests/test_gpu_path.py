@@ -235,6 +235,38 @@ def test_torch_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path):
     assert last(part) == last(full)
 
 
+def test_batch_size_changes_the_numbers_so_resume_must_keep_it(demo, tmp_path):
+    """--batch-size decides which updates share a snapshot: other numbers, so a resumed torch
+    run refuses another batch size (the resume would not be exact); numba ignores it."""
+    from mpidwe.errors import InputError
+
+    vocab, dim = 20, 8
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, vocab, 3000).astype(np.int32)
+    keep = keep_probabilities(np.bincount(tokens, minlength=vocab), 0.0)
+    table = negative_table(np.bincount(tokens, minlength=vocab))
+
+    w0 = rng.standard_normal((vocab, dim)).astype(np.float32) * 0.1
+    out = []
+    for batch_size in (64, 256):
+        w_in, w_out = torch.from_numpy(w0.copy()), torch.zeros(vocab, dim)
+        touched = torch.zeros(vocab, dtype=torch.uint8), torch.zeros(vocab, dtype=torch.uint8)
+        torch_kernel.train_block(w_in, w_out, tokens, np.array([0], dtype=np.int64), keep, table,
+                                 np.array([7], dtype=np.uint64), words_total=len(tokens),
+                                 touched_in=touched[0], touched_out=touched[1], shared_negatives=True,
+                                 batch_size=batch_size)
+        out.append(w_in)
+    assert not torch.equal(out[0], out[1])
+
+    run = tmp_path / "torch"
+    train(config(demo, run, epochs=1, checkpoint_every=100_000), Comm.serial(), log=None)
+    with pytest.raises(InputError, match="--batch-size is 4096 but the checkpoint has 16384"):
+        train(config(demo, run, epochs=2, resume="auto", batch_size=4096), Comm.serial(), log=None)
+    ref = tmp_path / "numba"
+    train(config(demo, ref, epochs=1, kernel="numba"), Comm.serial(), log=None)
+    train(config(demo, ref, epochs=2, kernel="numba", resume="auto", batch_size=4096), Comm.serial(), log=None)
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_multi_rank_torch_ranks_identical_after_sync(demo, tmp_path, ranks):
