@@ -1,19 +1,23 @@
-"""Quality of the GPU path (torch kernel, CPU torch) against the numba kernel, 1 epoch.
+"""Quality of the GPU path (torch kernel, CPU torch) against the numba kernel.
 
     python benchmarks/gpu_quality.py [--input ../shared/data/text8-prefix-12M.txt] [--kernels numba torch]
+    python benchmarks/gpu_quality.py --demo 1000000 --dim 32 [--batch-size 16384 4096] [--stability 0.5 1]
 
-Preprocesses ``--input`` (text8 normalisation, ``<doc>`` lines dropped, min-count 5) into a
-temporary directory, trains skip-gram (dim 100, window 5, negative 5, sample 1e-4, the
-default ``--batch-size`` and shared negatives) with each kernel at one rank on the CPU, and
-prints WS-353 Spearman and Google analogy accuracy (mpidwe.evaluate, 30,000 most frequent
-words) with the wall seconds. CPU torch is slow (about 17k words/s at dim 100 on the
-project's shared 2-core machine), so the default input is the 2M-token text8 prefix.
+With ``--input``: preprocesses the text (text8 normalisation, ``<doc>`` lines dropped,
+min-count 5) into a temporary directory and scores WS-353 Spearman and Google analogy
+accuracy (mpidwe.evaluate, 30,000 most frequent words). With ``--demo TOKENS``: generates
+the demo corpus (mpidwe.synth, ``--seed``) and scores its own answer keys
+(demo-similarity.tsv, demo-analogies.txt). Trains skip-gram (window 5, negative 5, sample
+1e-4, shared negatives) with each kernel at one rank on the CPU, for every
+``--batch-size``, ``--stability`` and ``--lr`` (torch only; ``--stability`` sets the
+kernel's STABILITY constant, default its own), and prints the scores with the wall seconds. CPU torch is slow (about 17k
+words/s at dim 100 on the project's shared 2-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import os
 import sys
 import tempfile
@@ -27,30 +31,54 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv=None) -> int:
     from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig, TrainConfig
+    from mpidwe.config import PreprocessConfig, SynthConfig, TrainConfig
+    from mpidwe.kernels import torch_kernel
     from mpidwe.preprocess import run as preprocess
+    from mpidwe.synth import write_demo
     from mpidwe.train import run as train
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--input", default=str(DATA / "text8-prefix-12M.txt"))
+    p.add_argument("--demo", type=int, metavar="TOKENS", help="train the generated demo corpus instead of --input")
+    p.add_argument("--seed", type=int, default=5, help="demo corpus seed (default 5, as tests/test_gpu_path.py)")
     p.add_argument("--kernels", nargs="+", default=["numba", "torch"], choices=["numba", "torch"])
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--dim", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-size", type=int, nargs="+", default=[TrainConfig.batch_size])
+    p.add_argument("--stability", type=float, nargs="+", default=[torch_kernel.STABILITY])
+    p.add_argument("--lr", type=float, nargs="+", default=[TrainConfig.lr], help="torch only (numba: the default)")
     a = p.parse_args(argv)
+    if a.demo is None and not os.path.exists(a.input):
+        p.error(f"--input {a.input}: no such file")
     with tempfile.TemporaryDirectory() as work:
         corpus = os.path.join(work, "corpus.h5")
-        preprocess(PreprocessConfig(inputs=(a.input,), output=corpus, normalize="text8", strip_doc_tags=True,
-                                    min_count=5), Comm.serial(), log=None)
-        for kernel in a.kernels:
+        if a.demo is not None:
+            write_demo(SynthConfig(output=work, tokens=a.demo, seed=a.seed))
+            preprocess(PreprocessConfig(inputs=(os.path.join(work, "demo.txt"),), output=corpus), Comm.serial(),
+                       log=None)
+            sim, ana = os.path.join(work, "demo-similarity.tsv"), os.path.join(work, "demo-analogies.txt")
+        else:
+            preprocess(PreprocessConfig(inputs=(a.input,), output=corpus, normalize="text8", strip_doc_tags=True,
+                                        min_count=5), Comm.serial(), log=None)
+            sim, ana = str(DATA / "wordsim353.tsv"), str(DATA / "questions-words.txt")
+        runs = [("numba", None, None, TrainConfig.lr)] if "numba" in a.kernels else []
+        if "torch" in a.kernels:
+            runs += [("torch", *r) for r in itertools.product(a.batch_size, a.stability, a.lr)]
+        for kernel, batch, stability, lr in runs:
+            if stability is not None:
+                torch_kernel.STABILITY = stability
             t = time.perf_counter()
-            res = train(TrainConfig(corpus=corpus, out=os.path.join(work, kernel), dim=100, window=5, negative=5,
-                                    sample=1e-4, epochs=a.epochs, kernel=kernel, device="cpu", threads=a.threads,
-                                    progress=False, export=False, eval_sim=(str(DATA / "wordsim353.tsv"),),
-                                    eval_analogy=(str(DATA / "questions-words.txt"),)), Comm.serial(), log=None)
+            res = train(TrainConfig(corpus=corpus, out=os.path.join(work, f"{kernel}-{batch}-{stability}-{lr}"),
+                                    dim=a.dim, window=5, negative=5, sample=1e-4, lr=lr, epochs=a.epochs, kernel=kernel,
+                                    device="cpu", threads=a.threads, progress=False, export=False,
+                                    batch_size=batch or TrainConfig.batch_size, eval_sim=(sim,),
+                                    eval_analogy=(ana,)), Comm.serial(), log=None)
             ev = res.metrics[-1].get("eval") or {}
-            print(f"{kernel:6s} {res.words_total:,} words in {time.perf_counter() - t:.0f} s: "
-                  f"WS-353 {ev.get('sim:wordsim353.tsv', float('nan')):.3f}, "
-                  f"Google analogy {ev.get('analogy:questions-words.txt', float('nan')):.2%}", flush=True)
+            label = kernel if batch is None else f"{kernel} batch {batch} stability {stability:g} lr {lr:g}"
+            print(f"{label}: {res.words_total:,} words in {time.perf_counter() - t:.0f} s: "
+                  f"similarity {ev.get('sim:' + os.path.basename(sim), float('nan')):.3f}, "
+                  f"analogy {ev.get('analogy:' + os.path.basename(ana), float('nan')):.2%}", flush=True)
     return 0
 
 

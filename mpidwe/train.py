@@ -386,7 +386,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
                          f"more than --epochs {resolved['epochs']} gives ({resolved['words_total']:,}); "
                          f"give at least --epochs {ck.config.get('epochs')} or start a new run from it "
                          f"with --init-from")
-    for key in RESUME_MUST_MATCH:
+    for key in resume_must_match(resolved):
         old, new = ck.config.get(key, RESUME_DEFAULTS.get(key)), resolved.get(key)
         if old != new:
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
@@ -400,8 +400,18 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
                      "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
                      "segments", "loss", "subwords", "minn", "maxn", "buckets")
+# --batch-size decides which updates of the torch kernel share a parameter snapshot, so a
+# resumed torch run with another batch size computes other numbers; the numba kernel and
+# --loss hs (its own batch, kernels/torch_hs.py) ignore it
+RESUME_TORCH_MUST_MATCH = ("batch_size",)
 # what a checkpoint written before an option existed ran with
 RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000}
+
+
+def resume_must_match(resolved: dict) -> tuple[str, ...]:
+    """The options a resumed run must share with its checkpoint (resolved: this run's config)."""
+    torch_ns = resolved.get("kernel") == "torch" and resolved.get("loss", "ns") != "hs"
+    return RESUME_MUST_MATCH + (RESUME_TORCH_MUST_MATCH if torch_ns else ())
 
 
 def needs_replan(progress: checkpoint.Progress, plan: "Plan", world: int) -> bool:
