@@ -1,6 +1,6 @@
 """What the GPU path dispatches: aten ops, host synchronisations and bytes per 1M trained words.
 
-    python benchmarks/gpu_dispatch.py [--tokens 1000000] [--epochs 2] [--batch-size 16384]
+    python benchmarks/gpu_dispatch.py [--tokens 1000000] [--epochs 2] [--batch-size 8192]
 
 Trains the demo corpus (``mpidwe.synth``, generated into a temporary directory) with
 ``--kernel torch --device cpu`` at one rank, through ``mpidwe.train.run`` (the real round loop:

@@ -404,7 +404,7 @@ class TrainConfig:
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
                                  "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
                                  "gives word2vec's per-pair negatives; CBOW ignores it")
-    batch_size: int = opt(16384, "torch kernel: centre words (windows) trained per batch from one parameter "
+    batch_size: int = opt(8192, "torch kernel: centre words (windows) trained per batch from one parameter "
                           "snapshot; a row a batch updates n times has the sum of its updates divided "
                           "by max(1, n lr sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); "
                           "small corpora learn more per epoch at smaller batches (--loss hs trains 4,096 "

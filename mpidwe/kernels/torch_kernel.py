@@ -37,6 +37,7 @@ block. ``threads`` is ignored: torch's own thread settings apply.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,7 @@ MASK64 = (1 << 64) - 1
 
 # Centre words (windows) per batch: large enough that a block of 1M words is a few dozen
 # batches (launches), small enough to keep the update sums stable (docs/benchmarks.md).
-BATCH_SIZE = 16384
+BATCH_SIZE = 8192
 # A row updated n times in one batch moves by the sum of its updates / max(1, n / this).
 DUPLICATE_STEPS = None      # None: the adaptive divisor below
 # The adaptive cap: a row's summed update is scaled so that lr x (its updates in the batch) x
@@ -145,12 +146,12 @@ def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
         load = duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps).reciprocal_()
     in_load, out_load = load.split([layout.ok.shape[1], layout.target_ok.shape[1]], 1)
     adaptive = duplicate_steps is None
-    loss = torch.zeros((), dtype=torch.float64, device=device)
     train = _train_cbow if model == "cbow" else _train_skipgram
-    train(w_in, w_out, layout, in_load, out_load, loss, adaptive)
+    losses = train(w_in, w_out, layout, in_load, out_load, adaptive)
     mark_touched((touched_in, touched_out), ids, ok)
-    loss_sum, n_examples = torch.stack((loss, layout.n_examples.to(loss.dtype))).tolist()
-    return loss_sum, int(n_examples), n_tokens
+    # the block's one late read: every batch's loss and the example count, summed on the host
+    *batch_losses, n_examples = torch.stack([*losses, layout.n_examples.to(torch.float32)]).tolist()
+    return math.fsum(batch_losses), int(n_examples), n_tokens
 
 
 def _tensor(x):
@@ -261,18 +262,12 @@ def mark_touched(touched, ids, ok) -> None:
 
 
 # ------------------------------------------------------------------ the batch loops
-def _batches(layout, in_load, out_load, *extra):
-    """Per batch: input ids [B, M] and flat, output ids [B, 1+K] and flat, then [B, M, 1]
-    context weights, [B, 1, 1+K] output weights, [B, 1, 1] learning rates, [B, M, 1] and
-    [B, 1, 1+K] duplicate loads, and ``extra``: views shaped once per block, so a batch
-    costs no reshaping."""
-    b = layout.batch_rows
-    ctx, tgt = layout.contexts, layout.targets
-    parts = (ctx.split(b), ctx.reshape(-1).split(b * ctx.shape[1]), tgt.split(b),
-             tgt.reshape(-1).split(b * tgt.shape[1]), layout.ok[:, :, None].split(b),
-             layout.target_ok[:, None, :].split(b), layout.lr[:, None, None].split(b),
-             in_load[:, :, None].split(b), out_load[:, None, :].split(b), *(t.split(b) for t in extra))
-    return zip(*parts)
+def _batches(batch_rows, *tensors):
+    """The tensors split into batches of ``batch_rows`` layout rows, zipped per batch. Each
+    is shaped once per block, so a batch costs no reshaping: a tensor with one row per
+    layout row, or a pair (flat tensor, entries per layout row)."""
+    return zip(*(t[0].split(batch_rows * t[1]) if isinstance(t, tuple) else t.split(batch_rows)
+                 for t in tensors))
 
 
 def _divisors(load_in, load_out, h, o, adaptive):
@@ -284,43 +279,62 @@ def _divisors(load_in, load_out, h, o, adaptive):
     return load_in.clamp(min=1.0), load_out.clamp(min=1.0)
 
 
-def _train_skipgram(w_in, w_out, layout, in_load, out_load, loss, adaptive):
+def _train_skipgram(w_in, w_out, layout, in_load, out_load, adaptive):
     """Each row: its context rows H [M, D] predict its outputs O [1 + K, D]:
     G = (label - sigma(H O^T)) * lr, H += G O, O += G^T H, from the batch's snapshot (the
-    per-row duplicate scales multiply the small G, not the [B, M, D] products)."""
+    per-row duplicate scales multiply the small G, not the [B, M, D] products). Returns
+    the batches' losses (0-dim tensors).
+
+    What does not depend on the parameters is made once per block, not per batch: the
+    labels' expansion, the slot weights (context ok x output ok, 0 or 1) and the weights
+    times the learning rate ((x w) lr = x (w lr) exactly, as w is 0 or 1); a batch costs
+    25 dispatched ops."""
     dim = w_in.shape[1]
-    label = _label(layout.targets.shape[1], w_in.device)
-    for ctx, ctx_flat, tgt, tgt_flat, ok, tok, lr, l_in, l_out in _batches(layout, in_load, out_load):
+    rows, m = layout.contexts.shape
+    label = _label(layout.targets.shape[1], w_in.device).expand(rows, m, -1)
+    weight = layout.ok[:, :, None] * layout.target_ok[:, None, :]       # [rows, M, 1+K]
+    weight_lr = weight * layout.lr[:, None, None]
+    losses = []
+    for ctx, ctx_flat, tgt, tgt_flat, l_in, l_out, lab, w, w_lr in _batches(
+            layout.batch_rows, layout.contexts, (layout.contexts.reshape(-1), m), layout.targets,
+            (layout.targets.reshape(-1), layout.targets.shape[1]), in_load[:, :, None], out_load[:, None, :],
+            label, weight, weight_lr):
         h = w_in[ctx]                                    # [B, M, D]
         o = w_out[tgt]                                   # [B, 1+K, D]
         d_in, d_out = _divisors(l_in, l_out, h, o, adaptive)
         scores = torch.bmm(h, o.mT)                      # [B, M, 1+K]
-        weight = ok * tok
-        loss.add_(F.binary_cross_entropy_with_logits(scores, label.expand_as(scores), weight,
-                                                     reduction="sum"))
-        g = (label - scores.sigmoid_()).mul_(weight).mul_(lr)
+        losses.append(F.binary_cross_entropy_with_logits(scores, lab, w, reduction="sum"))
+        g = (lab - scores.sigmoid_()).mul_(w_lr)
         grad_in = torch.bmm(g / d_in, o)
         grad_out = torch.bmm((g / d_out).mT, h)
         w_in.index_add_(0, ctx_flat, grad_in.view(-1, dim))
         w_out.index_add_(0, tgt_flat, grad_out.view(-1, dim))
+    return losses
 
 
-def _train_cbow(w_in, w_out, layout, in_load, out_load, loss, adaptive):
+def _train_cbow(w_in, w_out, layout, in_load, out_load, adaptive):
     """Each row: the mean h of its context rows predicts its outputs O; every context row
-    receives the whole input gradient (word2vec's cbow_mean=1)."""
+    receives the whole input gradient (word2vec's cbow_mean=1). Returns the batches' losses."""
     dim = w_in.shape[1]
-    label = _label(layout.targets.shape[1], w_in.device)
+    rows, m = layout.contexts.shape
+    k1 = layout.targets.shape[1]
+    label = _label(k1, w_in.device).expand(rows, 1, -1)
+    tok = layout.target_ok[:, None, :]
+    tok_lr = tok * layout.lr[:, None, None]       # exact: tok is 0 or 1
     mean = (layout.ok / layout.ok.sum(1, keepdim=True).clamp_(min=1.0))[:, None, :]
-    for ctx, ctx_flat, tgt, tgt_flat, ok, tok, lr, l_in, l_out, mean_w in _batches(
-            layout, in_load, out_load, mean):
+    losses = []
+    for ctx, ctx_flat, tgt, tgt_flat, ok, lab, tok, tok_lr, l_in, l_out, mean_w in _batches(
+            layout.batch_rows, layout.contexts, (layout.contexts.reshape(-1), m), layout.targets,
+            (layout.targets.reshape(-1), k1), layout.ok[:, :, None], label, tok, tok_lr,
+            in_load[:, :, None], out_load[:, None, :], mean):
         h = torch.bmm(mean_w, w_in[ctx])                 # [B, 1, D]
         o = w_out[tgt]                                   # [B, 1+K, D]
         d_in, d_out = _divisors(l_in, l_out, h, o, adaptive)
         scores = torch.bmm(h, o.mT)                      # [B, 1, 1+K]
-        loss.add_(F.binary_cross_entropy_with_logits(scores, label.expand_as(scores), tok,
-                                                     reduction="sum"))
-        g = (label - scores.sigmoid_()).mul_(tok).mul_(lr)
+        losses.append(F.binary_cross_entropy_with_logits(scores, lab, tok, reduction="sum"))
+        g = (lab - scores.sigmoid_()).mul_(tok_lr)
         grad_in = torch.bmm(ok / d_in, torch.bmm(g, o))  # [B, M, D]: h's gradient per context
         grad_out = torch.bmm((g / d_out).mT, h)
         w_in.index_add_(0, ctx_flat, grad_in.view(-1, dim))
         w_out.index_add_(0, tgt_flat, grad_out.view(-1, dim))
+    return losses
