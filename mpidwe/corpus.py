@@ -114,7 +114,7 @@ def create_corpus(out_path: str, *, words: list[str], counts: np.ndarray, attrs:
     new segment (stored with the base's in A_SEGMENT_INFO)."""
     if base is not None:
         if words[:base.n_words] != base.words:   # the caller extends the vocabulary: a bug otherwise
-            raise RuntimeError("an appended vocabulary must keep the old words and their ids")
+            raise ValueError("an appended vocabulary must keep the old words and their ids")
         segments = np.concatenate((base.segment_table, [[n_tokens, n_sentences, len(words)]])).astype(np.int64)
         info = base.segment_info + [segment_info or {}]
     else:

@@ -648,8 +648,6 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, id_paths: list[str],
                 n_tokens=old_tokens + new_tokens, n_sentences=old_sentences + sum(n_sentences),
                 segment_info=segment, base=base)
         except (OSError, RuntimeError) as e:
-            if isinstance(e, RuntimeError) and "appended vocabulary" in str(e):
-                raise
             raise _disk_full(cfg.output, e) from None
         return offsets, old_tokens, old_sentences, base.n_words if base is not None else 0
 

@@ -104,3 +104,14 @@ def misspelt(vecs, labels, n=40):
         if changed not in vecs:
             out.append((changed, w))
     return out
+
+
+def misspelt_neighbours(vecs, labels, pairs, topn=5) -> tuple[int, int]:
+    """Over (changed, original) pairs: how often the original is among the changed word's
+    ``topn`` nearest neighbours, and how many of those neighbours share its cluster."""
+    found = same = 0
+    for changed, original in pairs:
+        near = [w for w, _ in vecs.most_similar(changed, topn=topn)]
+        found += original in near
+        same += sum(labels.get(w) == labels[original] for w in near)
+    return found, same
