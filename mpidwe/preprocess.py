@@ -649,10 +649,11 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, id_paths: list[str],
                 segment_info=segment, base=base)
         except (OSError, RuntimeError) as e:
             raise _disk_full(cfg.output, e) from None
-        return offsets, old_tokens, old_sentences, base.n_words if base is not None else 0
+        segments = len(base.segment_table) + 1 if base is not None else 1
+        return offsets, old_tokens, old_sentences, base.n_words if base is not None else 0, segments
 
     try:
-        offsets, old_tokens, old_sentences, old_vocab = comm.on_root(create)
+        offsets, old_tokens, old_sentences, old_vocab, n_segments = comm.on_root(create)
         token_start = old_tokens + sum(k for k, _ in kept[:comm.rank])
         sentence_start = old_sentences + sum(n_sentences[:comm.rank])
 
@@ -674,12 +675,10 @@ def _run(cfg: PreprocessConfig, comm: Comm, t0: float, id_paths: list[str],
                 fsync_dir(cfg.output)
             except (OSError, RuntimeError) as e:
                 raise _disk_full(cfg.output, e) from None
-            with corpus_io.Corpus(cfg.output) as c:
-                n_sent, n_segments = c.total_sentences, len(c.segment_table)
             return {
                 "output": cfg.output, "ranks": comm.size, "raw_tokens": totals.raw_tokens,
                 "kept_tokens": int(counts.sum()) - old_tokens, "raw_types": raw_types, "vocab": len(words),
-                "sentences": n_sent, "invalid_utf8_sequences": totals.invalid_utf8,
+                "sentences": old_sentences + sum(n_sentences), "invalid_utf8_sequences": totals.invalid_utf8,
                 "doc_tag_lines_dropped": totals.doc_lines, "corpus_id": corpus_id,
                 "segments": n_segments, "new_words": len(words) - old_vocab,
                 "seconds": round(time.perf_counter() - t0, 2),
