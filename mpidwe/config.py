@@ -336,6 +336,18 @@ MAX_NEGATIVE = 1000
 MIN_SYNC_EVERY = 1000
 
 
+# The local-rate cap (``--max-local-lr 0``): negative sampling stays stable to 8 x word2vec's
+# 0.025; hierarchical softmax moves its tree's top rows on every example, loses quality beyond
+# 2 x --lr and diverges at 8 x (docs/sync-modes.md, "Hierarchical softmax").
+MAX_LOCAL_LR_NS = 0.2
+MAX_LOCAL_SCALE_HS = 2
+
+
+def default_max_local_lr(loss: str, lr: float) -> float:
+    """What ``--max-local-lr 0`` (the default) means for this loss and rate."""
+    return MAX_LOCAL_SCALE_HS * lr if loss == "hs" else MAX_LOCAL_LR_NS
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """``python -m mpidwe.train``: SGNS / CBOW on every rank's shard, combined over MPI."""
@@ -372,9 +384,11 @@ class TrainConfig:
     sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 2 ranks and "
                           "2 W / P^2 beyond, with W = min(2,000,000, 80 x the vocabulary size), and at "
                           "least 5,000 (docs/sync-modes.md)")
-    max_local_lr: float = opt(0.2, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
+    max_local_lr: float = opt(0.0, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable), and each synced "
-                              "row is divided by max(s, ranks that touched it / 2)")
+                              "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
+                              "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
+                              "moves: docs/sync-modes.md)")
     balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
                        "speed: each round's words are divided among the ranks by the speed each measured "
                        "(for ranks of uneven speed; not bit-reproducible; resumes on any rank count)",
@@ -462,7 +476,9 @@ class TrainConfig:
         for name in ("lr",):
             _positive(name, getattr(self, name))
         _check(0 <= self.sample < 1 and math.isfinite(self.sample), f"--sample must be in [0, 1), got {self.sample}")
-        _positive("max_local_lr", self.max_local_lr)
+        _positive("max_local_lr", self.max_local_lr, allow_zero=True)
+        if self.max_local_lr == 0:     # automatic: stored resolved, so checkpoints hold the number
+            object.__setattr__(self, "max_local_lr", default_max_local_lr(self.loss, self.lr))
         _positive("guard_loss_ratio", self.guard_loss_ratio, allow_zero=True)
         _positive("guard_max_abs", self.guard_max_abs)
         _check(self.guard_loss_ratio == 0 or self.guard_loss_ratio > 1,

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import __version__
 from .comm import Comm, run_main
-from .config import TrainConfig, parse_command, to_dict
+from .config import MAX_LOCAL_LR_NS, TrainConfig, parse_command, to_dict
 from . import checkpoint, deathwatch
 from .corpus import Corpus, Shard, prefetch
 from .evaluate.vectors import write_word2vec
@@ -389,17 +389,22 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
     for key in resume_must_match(resolved):
         old, new = ck.config.get(key, RESUME_DEFAULTS.get(key)), resolved.get(key)
         if old != new:
+            hint = ""
+            if key == "max_local_lr":
+                why = ("; --loss hs's default cap is 2 x --lr since it diverged at 8 ranks under 0.2"
+                       if resolved.get("loss") == "hs" and old == MAX_LOCAL_LR_NS else "")
+                hint = f" (give --max-local-lr {old!r} to continue it{why})"
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
-                             f"but the checkpoint has {old!r}")
+                             f"but the checkpoint has {old!r}{hint}")
 
 
 # options that change what a resumed run would compute; the rest (logging, checkpoint and
 # evaluation cadence, progress bar, guard limits) may change between runs. The number of
 # ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
 # (replan), which continues the run but is not bit-identical to an uninterrupted one.
-RESUME_MUST_MATCH = ("model", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
+RESUME_MUST_MATCH = ("model", "loss", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
                      "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
-                     "segments", "loss", "subwords", "minn", "maxn", "buckets")
+                     "segments", "subwords", "minn", "maxn", "buckets")
 # --batch-size decides which updates of the torch kernel share a parameter snapshot, so a
 # resumed torch run with another batch size computes other numbers; the numba kernel and
 # --loss hs (its own batch, kernels/torch_hs.py) ignore it

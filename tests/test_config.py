@@ -111,6 +111,19 @@ def test_from_mapping_checks_every_config_class():
         from_mapping(TrainConfig, {"dim": None})
 
 
+def test_the_local_rate_cap_defaults_by_loss_and_is_stored_as_a_number():
+    # hierarchical softmax lost analogy points at 4 ranks and diverged at 8 under negative
+    # sampling's cap of 0.2 (docs/sync-modes.md): its default cap is 2 x --lr
+    assert TrainConfig().max_local_lr == 0.2
+    assert TrainConfig(loss="hs").max_local_lr == 0.05
+    assert TrainConfig(loss="hs", model="cbow", lr=0.05).max_local_lr == 0.1
+    assert TrainConfig(loss="hs", max_local_lr=0.2).max_local_lr == 0.2     # given: kept
+    assert to_dict(TrainConfig(loss="hs"))["max_local_lr"] == 0.05
+    assert from_json(TrainConfig, to_json(TrainConfig(loss="hs"))) == TrainConfig(loss="hs")
+    with pytest.raises(ConfigError, match="--max-local-lr must be >= 0"):
+        TrainConfig(max_local_lr=-1.0)
+
+
 @pytest.mark.parametrize("cfg", [
     TrainConfig(),
     TrainConfig(corpus="c.h5", resume="auto", eval_sim=("a", "b"), lr=0.5, checkpoint_minutes=2.5,

@@ -106,6 +106,17 @@ def test_hs_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks):
                            "--resume", ck], check=False, timeout=60)
     lines = error_lines(proc.stderr)
     assert proc.returncode == 2 and len(lines) == 1 and "--loss is 'ns' but the checkpoint has 'hs'" in lines[0]
+    if ranks == 2:
+        # a checkpoint of the cap before --loss hs had its own (0.2): refused with the flag to give
+        run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "y"), *FLAGS,
+                        "--max-local-lr", "0.2", "--epochs", "1"], timeout=300)
+        proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "z"), *FLAGS,
+                               "--resume", str(next((tmp_path / "y" / "checkpoints").glob("ckpt-*.h5")))],
+                       check=False, timeout=60)
+        lines = error_lines(proc.stderr)
+        assert proc.returncode == 2 and len(lines) == 1
+        assert "--max-local-lr is 0.05 but the checkpoint has 0.2 (give --max-local-lr 0.2 to continue it;" \
+            in lines[0]
 
 
 def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path):

@@ -14,6 +14,7 @@ def test_lr_scale_is_linear_up_to_the_stable_cap():
     assert lr_scale("dense", 8, 0.05, 0.1) == 2
     assert lr_scale("sparse", 8, 0.2, 0.1) == 1          # --lr above the cap: no scaling
     assert lr_scale("average", 4, 0.025, 0.1) == 4
+    assert [lr_scale("sparse", p, 0.025, 0.05) for p in (1, 2, 4, 8)] == [1, 2, 2, 2]   # --loss hs's default
     with pytest.raises(ConfigError, match="--sync average trains every rank at P x --lr.*use --sync sparse"):
         lr_scale("average", 8, 0.025, 0.1)
 
