@@ -32,7 +32,9 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, as_command: bool = False) -> int:
+    """Run ``mpidwe COMMAND ARGS``. ``as_command``: this process is the command (the console
+    script), so a command that can end the process at once when done does (preprocess)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -46,8 +48,15 @@ def main(argv: list[str] | None = None) -> int:
               f"(see mpidwe --help)", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
+    if as_command and name == "preprocess":
+        return module.main(rest, as_command=True)
     return module.main(rest)
 
 
+def console() -> int:
+    """The ``mpidwe`` console script."""
+    return main(as_command=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -173,16 +173,20 @@ def write_slice(out_path: str, offsets: tuple[int, int], token_start: int, token
     return written[0], written[1]
 
 
-def _read_raw(fh, offset: int, items: int, dtype: str) -> Iterator[np.ndarray]:
-    """The raw data of a contiguous dataset, COPY_ITEMS items at a time."""
-    size = np.dtype(dtype).itemsize
-    for a in range(0, items, COPY_ITEMS):
-        n = min(COPY_ITEMS, items - a)
-        fh.seek(offset + size * a)
-        block = np.fromfile(fh, dtype=dtype, count=n)
-        if len(block) != n:
-            raise OSError(f"{fh.name}: short read of {n} items at {offset + size * a}")
-        yield block
+HASH_BLOCK_BYTES = 1 << 24
+
+
+def _hash_range(fh, offset: int, nbytes: int, digest, buf: memoryview) -> None:
+    """Feed ``nbytes`` raw bytes of ``fh`` from ``offset`` to ``digest``, read into ``buf``
+    (one copy out of the page cache; the stored bytes are already little-endian, as the
+    digest wants them). Half the time of reading numpy blocks and copying them again."""
+    fh.seek(offset)
+    while nbytes:
+        n = fh.readinto(buf[:min(len(buf), nbytes)])
+        if not n:
+            raise OSError(f"{fh.name}: short read of {nbytes} bytes at {fh.tell()}")
+        digest.update(buf[:n])
+        nbytes -= n
 
 
 def finish_corpus(out_path: str) -> str:
@@ -197,10 +201,10 @@ def finish_corpus(out_path: str) -> str:
         segments = f[D_SEGMENTS][:]
         extents = [raw_extent(f[D_TOKENS]), raw_extent(f[D_SENTENCES])]
         sent_digest = hashlib.sha256()
-        with open(out_path, "rb") as fh:
-            for (offset, nbytes), dtype, d in zip(extents, ("<i4", "<i8"), (digest, sent_digest)):
-                for block in _read_raw(fh, offset, nbytes // np.dtype(dtype).itemsize, dtype):
-                    d.update(block.tobytes())
+        buf = memoryview(bytearray(HASH_BLOCK_BYTES))
+        with open(out_path, "rb", buffering=0) as fh:
+            for (offset, nbytes), d in zip(extents, (digest, sent_digest)):
+                _hash_range(fh, offset, nbytes, d, buf)
         corpus_id = finish_digest(digest, sent_digest, segments)
         f.attrs[A_CORPUS_ID] = corpus_id
         f.flush()

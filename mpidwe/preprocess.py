@@ -40,7 +40,7 @@ import numpy as np
 
 from . import __version__
 from . import corpus as corpus_io
-from .comm import Comm, run_main
+from .comm import Comm, exit_now, run_main
 from .config import PreprocessConfig, parse_command, to_json
 from .errors import InputError
 from .fsutil import DirLock, fsync_dir, reason
@@ -513,14 +513,9 @@ def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     return summary or {}
 
 
-_H5_WRITE_FAILED = False   # an HDF5 write failed in this process: see main()
-
-
 def _disk_full(what: str, e: Exception) -> InputError:
     """A failed write of an HDF5 file (a full disk, a quota) as one line. h5py reports it as
     OSError or RuntimeError ("Can't flush cache"), with HDF5's whole error record as text."""
-    global _H5_WRITE_FAILED
-    _H5_WRITE_FAILED = True
     why = reason(e) if isinstance(e, OSError) else reason(OSError(str(e)))
     return InputError(f"cannot write {what}: {why}")
 
@@ -824,21 +819,43 @@ def _body(argv, comm: Comm, signals: _Signals) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def _warm_up_in_background() -> None:
+    """Import numba and pay its one-time set-up (about 0.35 s together) in a background
+    thread, while MPI starts, rank 0 decompresses a gzip input for several ranks (which
+    releases the GIL) and the other ranks wait for it, instead of inside the first call of
+    the tokenizer. A kernel called before it ends waits for it (the import lock, numba's
+    compiler lock); a failure here surfaces at that first call, as it would without it."""
+    import threading
+
+    def run():
+        try:
+            from .kernels.tokenize import warm_up
+
+            warm_up()
+        except Exception:  # noqa: BLE001 - reported by the first real call
+            pass
+
+    threading.Thread(target=run, name="mpidwe-numba-warm-up", daemon=True).start()
+
+
+def main(argv=None, *, as_command: bool = False) -> int:
+    """The command. ``as_command`` (``python -m mpidwe.preprocess``, the ``mpidwe`` console
+    script): this process is the command, and it ends at once when done (``exit_now``):
+    every file is closed and every temporary file removed by then, and the interpreter's
+    teardown would add about 0.2 s to every run. It also keeps a file whose write failed (a
+    full disk), which stays open inside the HDF5 library, from being flushed again at
+    interpreter exit, which crashes (exit 139); the error was reported already."""
+    if as_command:
+        _warm_up_in_background()
     with _Signals() as signals:
         try:
             rc = run_main(PROG, lambda a, c: _body(a, c, signals), argv)
         except Interrupted as e:  # while MPI was starting: nothing was written yet
-            return _interrupted(e, signals.comm)
-    if _H5_WRITE_FAILED and __name__ == "__main__":
-        # A file whose write failed (a full disk) stays open inside the HDF5 library, which
-        # flushes it again at interpreter exit and crashes (exit 139). The error was reported
-        # and every temporary file removed: leave without that exit handler.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc)
+            rc = _interrupted(e, signals.comm)
+    if as_command:
+        exit_now(rc)
     return rc
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(as_command=True))

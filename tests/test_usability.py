@@ -55,6 +55,16 @@ def test_console_script_runs_every_command(tmp_path):
     assert made.returncode == 0 and (tmp_path / "d" / "demo.txt").stat().st_size > 0, made.stderr
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("mpidwe ")
+    # preprocess ends its process at once when done (comm.exit_now): its output and exit
+    # code still arrive through pipes, on success and on failure
+    out = tmp_path / "c.h5"
+    done = subprocess.run([exe, "preprocess", str(tmp_path / "d" / "demo.txt"), "--output", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith(f"wrote {out}:"), done.stderr
+    assert out.stat().st_size > 0 and not [p for p in tmp_path.iterdir() if ".tmp" in p.name or "ids" in p.name]
+    missing = subprocess.run([exe, "preprocess", str(tmp_path / "none.txt"), "--output", str(tmp_path / "x.h5")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "input not found" in missing.stderr
 
 
 def test_training_module_imports_without_scipy_stats_or_torch():
