@@ -325,24 +325,6 @@ def _launched_by_mpi() -> bool:
     return any(m in env for m in markers) or env.get("MPIDWE_FORCE_MPI") == "1"
 
 
-def exit_now(rc: int):
-    """End this process at once with ``rc``: flush the standard streams, finalize MPI if it
-    was started, and skip the interpreter's teardown, which takes about 0.2 s once numba
-    and h5py are loaded (a tenth of a 1-rank preprocess of enwiki). Only for a command
-    that has returned: its files are closed and its temporary files removed."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    if "mpi4py.MPI" in sys.modules:
-        from mpi4py import MPI
-
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            MPI.Finalize()
-    os._exit(rc)
-
-
 def run_main(prog: str, body, argv=None) -> int:
     """Run ``body(argv, comm) -> int`` as a job entry point.
 

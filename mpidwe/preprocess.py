@@ -40,7 +40,7 @@ import numpy as np
 
 from . import __version__
 from . import corpus as corpus_io
-from .comm import Comm, exit_now, run_main
+from .comm import Comm, run_main
 from .config import PreprocessConfig, parse_command, to_json
 from .errors import InputError
 from .fsutil import DirLock, fsync_dir, reason
@@ -513,9 +513,14 @@ def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     return summary or {}
 
 
+_H5_WRITE_FAILED = False   # an HDF5 write failed in this process: see main()
+
+
 def _disk_full(what: str, e: Exception) -> InputError:
     """A failed write of an HDF5 file (a full disk, a quota) as one line. h5py reports it as
     OSError or RuntimeError ("Can't flush cache"), with HDF5's whole error record as text."""
+    global _H5_WRITE_FAILED
+    _H5_WRITE_FAILED = True
     why = reason(e) if isinstance(e, OSError) else reason(OSError(str(e)))
     return InputError(f"cannot write {what}: {why}")
 
@@ -840,20 +845,25 @@ def _warm_up_in_background() -> None:
 
 def main(argv=None, *, as_command: bool = False) -> int:
     """The command. ``as_command`` (``python -m mpidwe.preprocess``, the ``mpidwe`` console
-    script): this process is the command, and it ends at once when done (``exit_now``):
-    every file is closed and every temporary file removed by then, and the interpreter's
-    teardown would add about 0.2 s to every run. It also keeps a file whose write failed (a
-    full disk), which stays open inside the HDF5 library, from being flushed again at
-    interpreter exit, which crashes (exit 139); the error was reported already."""
+    script): this process is the command, so numba's set-up starts in the background at
+    once (``_warm_up_in_background``), and after a failed HDF5 write the process ends without
+    the interpreter's exit handlers: a file whose write failed (a full disk) stays open inside
+    the HDF5 library, which flushes it again at interpreter exit and crashes (exit 139); the
+    error was reported and every temporary file removed by then. (Ending every run that way
+    would save the 0.2 s of the interpreter's teardown, but MPICH then SIGKILLs a rank that
+    is still in MPI_Finalize in about one 8-rank run in ten, and Open MPI refuses a rank
+    that skips MPI_Finalize.)"""
     if as_command:
         _warm_up_in_background()
     with _Signals() as signals:
         try:
             rc = run_main(PROG, lambda a, c: _body(a, c, signals), argv)
         except Interrupted as e:  # while MPI was starting: nothing was written yet
-            rc = _interrupted(e, signals.comm)
-    if as_command:
-        exit_now(rc)
+            return _interrupted(e, signals.comm)
+    if _H5_WRITE_FAILED and as_command:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     return rc
 
 

@@ -55,8 +55,8 @@ def test_console_script_runs_every_command(tmp_path):
     assert made.returncode == 0 and (tmp_path / "d" / "demo.txt").stat().st_size > 0, made.stderr
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("mpidwe ")
-    # preprocess ends its process at once when done (comm.exit_now): its output and exit
-    # code still arrive through pipes, on success and on failure
+    # preprocess through the console script (numba set up in a background thread from its
+    # first line): the summary and the exit code, on success and on failure
     out = tmp_path / "c.h5"
     done = subprocess.run([exe, "preprocess", str(tmp_path / "d" / "demo.txt"), "--output", str(out)],
                           capture_output=True, text=True, timeout=120)
