@@ -207,26 +207,35 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3, parts: list[dict] |
     return path
 
 
-def _write(path: str, ckpt: Checkpoint, parts: list[dict] | None = None) -> None:
+def _write_sealed(path: str, fill) -> None:
+    """Write the HDF5 file ``path`` atomically and sealed: ``fill(f)`` writes the open file
+    (made with the seal's user block) and returns the byte ranges the seal leaves out; the
+    file is then sealed, and atomic_path fsyncs it before the rename. Every sealed file of
+    this module (checkpoint, part, character model) is written through here."""
     with atomic_path(path) as tmp:
-        skip = _write_hdf5(tmp, ckpt) if parts is None else _write_sharded(tmp, ckpt, parts)
-        seal(tmp, skip)     # atomic_path fsyncs it before the rename
+        with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
+            skip = fill(f)
+            f.flush()
+        seal(tmp, skip)
 
 
-def _write_hdf5(tmp: str, ckpt: Checkpoint) -> list[tuple[int, int]]:
+def _write(path: str, ckpt: Checkpoint, parts: list[dict] | None = None) -> None:
+    _write_sealed(path, lambda f: _write_hdf5(f, ckpt) if parts is None else _write_sharded(f, ckpt, parts))
+
+
+def _write_hdf5(f: h5py.File, ckpt: Checkpoint) -> list[tuple[int, int]]:
     """The HDF5 part; returns the byte ranges of the two matrices, which the seal leaves
     out (the parameter and content checksums cover them when the file is read)."""
-    with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
-        # version 3 only where a version-2 reader would misread the file (extra input rows)
-        _write_attrs(f, ckpt, FORMAT_VERSION if len(ckpt.w_in) != len(ckpt.words) else PLAIN_VERSION)
-        f.attrs[A_CHECKSUM] = params_sha256(ckpt.w_in, ckpt.w_out)
-        f.create_dataset(D_W_IN, data=ckpt.w_in)
-        f.create_dataset(D_W_OUT, data=ckpt.w_out)
-        _write_small(f, ckpt)
-        f.flush()
-        f.attrs[A_CONTENT] = content_sha256(f)
-        f.flush()
-        return [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
+    # version 3 only where a version-2 reader would misread the file (extra input rows)
+    _write_attrs(f, ckpt, FORMAT_VERSION if len(ckpt.w_in) != len(ckpt.words) else PLAIN_VERSION)
+    f.attrs[A_CHECKSUM] = params_sha256(ckpt.w_in, ckpt.w_out)
+    f.create_dataset(D_W_IN, data=ckpt.w_in)
+    f.create_dataset(D_W_OUT, data=ckpt.w_out)
+    _write_small(f, ckpt)
+    f.flush()
+    f.attrs[A_CONTENT] = content_sha256(f)
+    f.flush()
+    return [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
 
 
 def _write_attrs(f: h5py.File, ckpt: Checkpoint, version: int) -> None:
@@ -254,7 +263,7 @@ def parts_sha256(parts: list[dict]) -> str:
     return hashlib.sha256("\n".join(p["params_sha256"] for p in parts).encode()).hexdigest()
 
 
-def _write_sharded(tmp: str, ckpt: Checkpoint, parts: list[dict]) -> list[tuple[int, int]]:
+def _write_sharded(f: h5py.File, ckpt: Checkpoint, parts: list[dict]) -> list[tuple[int, int]]:
     """A sharded checkpoint: everything but the parameters, which are virtual datasets over
     the part files beside it. Rank r's part holds the global rows r, r + P, ...; the virtual
     dataset has shape [ceil(V / P), P, d] with global row w at [w // P, w % P], so each part
@@ -263,22 +272,21 @@ def _write_sharded(tmp: str, ckpt: Checkpoint, parts: list[dict]) -> list[tuple[
     world = len(parts)
     vocab, dim = len(ckpt.words), int(parts[0]["dim"])
     per = -(-vocab // world)
-    with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
-        _write_attrs(f, ckpt, SHARDED_VERSION)
-        f.attrs[A_STORE] = "sharded"
-        f.attrs[A_PARTS] = json.dumps(parts, sort_keys=True)
-        f.attrs[A_CHECKSUM] = parts_sha256(parts)
-        for name in (D_W_IN, D_W_OUT):
-            layout = h5py.VirtualLayout(shape=(per, world, dim), dtype=np.float32)
-            for r, part in enumerate(parts):
-                if part["rows"]:
-                    layout[:part["rows"], r, :] = h5py.VirtualSource(part["file"], name, shape=(part["rows"], dim))
-            f.create_virtual_dataset(name, layout, fillvalue=np.nan)
-        _write_small(f, ckpt)
-        f.flush()
-        f.attrs[A_CONTENT] = content_sha256(f)
-        f.flush()
-        return []
+    _write_attrs(f, ckpt, SHARDED_VERSION)
+    f.attrs[A_STORE] = "sharded"
+    f.attrs[A_PARTS] = json.dumps(parts, sort_keys=True)
+    f.attrs[A_CHECKSUM] = parts_sha256(parts)
+    for name in (D_W_IN, D_W_OUT):
+        layout = h5py.VirtualLayout(shape=(per, world, dim), dtype=np.float32)
+        for r, part in enumerate(parts):
+            if part["rows"]:
+                layout[:part["rows"], r, :] = h5py.VirtualSource(part["file"], name, shape=(part["rows"], dim))
+        f.create_virtual_dataset(name, layout, fillvalue=np.nan)
+    _write_small(f, ckpt)
+    f.flush()
+    f.attrs[A_CONTENT] = content_sha256(f)
+    f.flush()
+    return []
 
 
 def part_name(round_: int, rank: int, world: int) -> str:
@@ -293,20 +301,20 @@ def save_part(directory: str, round_: int, rank: int, world: int, vocab_size: in
     name = part_name(round_, rank, world)
     path = os.path.join(directory, name)
     digest = params_sha256(w_in, w_out)
+    def fill(f):
+        f.attrs[A_FORMAT] = PART_FORMAT
+        f.attrs[A_VERSION] = PART_VERSION
+        f.attrs[A_RANK] = rank
+        f.attrs[A_WORLD] = world
+        f.attrs[A_VOCAB_SIZE] = vocab_size
+        f.attrs[A_CHECKSUM] = digest
+        f.create_dataset(D_W_IN, data=w_in)
+        f.create_dataset(D_W_OUT, data=w_out)
+        f.flush()
+        return [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
+
     try:
-        with atomic_path(path) as tmp:
-            with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
-                f.attrs[A_FORMAT] = PART_FORMAT
-                f.attrs[A_VERSION] = PART_VERSION
-                f.attrs[A_RANK] = rank
-                f.attrs[A_WORLD] = world
-                f.attrs[A_VOCAB_SIZE] = vocab_size
-                f.attrs[A_CHECKSUM] = digest
-                f.create_dataset(D_W_IN, data=w_in)
-                f.create_dataset(D_W_OUT, data=w_out)
-                f.flush()
-                skip = [raw_extent(f[D_W_IN]), raw_extent(f[D_W_OUT])]
-            seal(tmp, skip)
+        _write_sealed(path, fill)
     except OSError as e:
         raise InputError(f"cannot write checkpoint part {path}: {reason(e)}; the earlier checkpoints "
                          f"are kept") from None
@@ -499,24 +507,24 @@ def save_char_model(ck: Checkpoint, meta: dict, params: dict[str, np.ndarray], m
     another checkpoint. ``meta``: JSON-able (alphabet, options, ...); ``params``: name ->
     float32 array. The checkpoint itself is not touched."""
     path = char_model_path(ck.path)
+    def fill(f):
+        f.attrs[A_FORMAT] = CHAR_FORMAT
+        f.attrs[A_VERSION] = CHAR_VERSION
+        f.attrs[A_TOOL_VERSION] = __version__
+        f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        f.attrs[A_CHECKPOINT] = os.path.basename(ck.path)
+        f.attrs[A_CHECKPOINT_SHA] = _content_attr(ck.path)
+        f.attrs[A_VOCAB_SHA] = vocab_sha256(ck.words)
+        f.attrs[A_MATRIX] = matrix
+        f.attrs[A_META] = json.dumps(meta, sort_keys=True)
+        for name, value in sorted(params.items()):
+            f.create_dataset(f"{G_CHAR_PARAMS}/{name}", data=np.asarray(value, dtype=np.float32))
+        f.flush()
+        f.attrs[A_CONTENT] = content_sha256(f)
+        return []      # small: the seal covers every byte
+
     try:
-        with atomic_path(path) as tmp:
-            with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
-                f.attrs[A_FORMAT] = CHAR_FORMAT
-                f.attrs[A_VERSION] = CHAR_VERSION
-                f.attrs[A_TOOL_VERSION] = __version__
-                f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-                f.attrs[A_CHECKPOINT] = os.path.basename(ck.path)
-                f.attrs[A_CHECKPOINT_SHA] = _content_attr(ck.path)
-                f.attrs[A_VOCAB_SHA] = vocab_sha256(ck.words)
-                f.attrs[A_MATRIX] = matrix
-                f.attrs[A_META] = json.dumps(meta, sort_keys=True)
-                for name, value in sorted(params.items()):
-                    f.create_dataset(f"{G_CHAR_PARAMS}/{name}", data=np.asarray(value, dtype=np.float32))
-                f.flush()
-                f.attrs[A_CONTENT] = content_sha256(f)
-                f.flush()
-            seal(tmp, [])      # small: the seal covers every byte
+        _write_sealed(path, fill)
     except OSError as e:
         raise InputError(f"cannot write character model {path}: {reason(e)}") from None
     return path

@@ -135,8 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
 # -------------------------------------------------------------------- summary
 def summary(ck) -> dict:
     """The summary of a :class:`mpidwe.checkpoint.Checkpoint` (``--json`` prints it)."""
-    from . import checkpoint
-
     p = ck.progress
     last = ck.metrics[-1] if ck.metrics else {}
     return {

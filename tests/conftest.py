@@ -90,6 +90,18 @@ def make_demo_corpus(directory, *, tokens: int, seed: int):
     return directory
 
 
+def train_small_demo(demo, out, **options):
+    """One serial run on a small demo corpus (dim 32, 2 epochs, 1 thread) with ``options``
+    on top; returns the run's result. The unseen-word tests train their models this way."""
+    from mpidwe.comm import Comm
+    from mpidwe.config import TrainConfig
+    from mpidwe.train import run as train
+
+    cfg = TrainConfig(corpus=str(demo / "corpus.h5"), out=str(out), dim=32, epochs=2, threads=1, progress=False,
+                      sync_every=50_000, sample=1e-3, **options)
+    return train(cfg, Comm.serial(), log=None)
+
+
 def clusters(demo) -> dict:
     """word -> cluster id of the demo's content words (DIR/demo-clusters.tsv)."""
     return dict(line.split() for line in open(demo / "demo-clusters.tsv"))

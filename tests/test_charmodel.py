@@ -18,7 +18,7 @@ from mpidwe.config import TrainConfig
 from mpidwe.errors import ConfigError, InputError
 from mpidwe.train import run as train
 
-from conftest import clusters, make_demo_corpus, misspelt, misspelt_neighbours, run_py
+from conftest import clusters, make_demo_corpus, misspelt, misspelt_neighbours, run_py, train_small_demo
 
 STEPS = "4000"
 
@@ -32,9 +32,7 @@ def demo(tmp_path_factory):
 def fitted(demo, tmp_path_factory):
     """A plain (no subwords) demo run with a character model fitted by the command."""
     out = tmp_path_factory.mktemp("charrun") / "run"
-    cfg = TrainConfig(corpus=str(demo / "corpus.h5"), out=str(out), dim=32, epochs=2, threads=1, progress=False,
-                      sync_every=50_000, sample=1e-3)
-    train(cfg, Comm.serial(), log=None)
+    train_small_demo(demo, out)
     proc = run_py(["-m", "mpidwe.inspect", str(out), "fit-chars", "--steps", STEPS, "--json"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     return out, json.loads(proc.stdout)

@@ -12,11 +12,10 @@ import pytest
 
 import mpidwe
 from mpidwe import checkpoint
-from mpidwe.comm import Comm
 from mpidwe.config import TrainConfig
-from mpidwe.train import run as train
 
-from conftest import clusters, error_lines, make_demo_corpus, misspelt, misspelt_neighbours, run_mpi, run_py
+from conftest import (clusters, error_lines, make_demo_corpus, misspelt, misspelt_neighbours, run_mpi, run_py,
+                      train_small_demo)
 
 BUCKETS = 20_000
 
@@ -29,10 +28,8 @@ def demo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(demo, tmp_path_factory):
     out = tmp_path_factory.mktemp("subrun") / "run"
-    cfg = TrainConfig(corpus=str(demo / "corpus.h5"), out=str(out), dim=32, epochs=2, threads=1, progress=False,
-                      sync_every=50_000, sample=1e-3, subwords=True, buckets=BUCKETS,
-                      eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),))
-    res = train(cfg, Comm.serial(), log=None)
+    res = train_small_demo(demo, out, subwords=True, buckets=BUCKETS, eval_sim=(str(demo / "demo-similarity.tsv"),),
+                           eval_analogy=(str(demo / "demo-analogies.txt"),))
     return out, res
 
 
