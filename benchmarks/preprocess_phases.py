@@ -1,0 +1,121 @@
+"""Where a preprocess run's time goes: seconds per phase, from the launch, at 1 and 2 ranks.
+
+    python benchmarks/preprocess_phases.py [--input ../shared/data/enwiki-extract-100M.txt.gz]
+                                           [--repeat N] [--ranks 1 2] [--workdir DIR]
+
+Each run is ``mpiexec -n P`` of this script in child mode, which runs ``mpidwe.preprocess``'s
+own ``main`` (as the command does: numba warmed up in the background) with every
+``Comm.agree`` timed on every rank, and writes the times to a file. The parent turns rank 0's
+times into phases: start (interpreter, imports, MPI, up to the plan), the plan (rank 0
+decompresses a gzip input for several ranks), pass 1 (tokenize and count), the vocabulary
+(gather and fix it on rank 0), pass 2 and the sentence cuts, create and write, the corpus id
+and seal (rank 0), and the exit (the interpreter's teardown, up to the launcher's end).
+``--repeat N`` runs on N copies of the decompressed input instead. Options as
+benchmarks/preprocess.py (text8, doc tags dropped, min-count 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+OPTIONS = ["--normalize", "text8", "--strip-doc-tags", "--min-count", "5"]
+
+
+def child(trace: str, argv: list[str]) -> int:
+    """One rank: the command with every agreed step timed (seconds since the launch)."""
+    t0 = float(os.environ["PHASES_T0"])
+    from mpidwe import comm as comm_mod
+    from mpidwe import preprocess
+
+    steps = []
+    agree = comm_mod.Comm.agree
+
+    def timed(self, fn, *args, **kwargs):
+        a = time.time() - t0
+        try:
+            return agree(self, fn, *args, **kwargs)
+        finally:
+            steps.append((getattr(fn, "__name__", str(fn)), a, time.time() - t0))
+
+    comm_mod.Comm.agree = timed
+    rc = preprocess.main(argv, as_command=True)
+    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    with open(f"{trace}.{rank}", "w") as fh:
+        json.dump({"steps": steps, "end": time.time() - t0}, fh)
+    return rc
+
+
+def phases(trace: dict, wall: float) -> dict[str, float]:
+    """Rank 0's steps as phases (the names are the closures of preprocess._run)."""
+    at = {name: (a, b) for name, a, b in trace["steps"]}
+    plan_a, plan_b = at["plan"]
+    count_a, count_b = at["count"]
+    create_a, _ = at["create"]
+    _, write_b = at["write"]
+    fin_a, fin_b = at["finish"]
+    return {
+        "start (interpreter, imports, MPI)": plan_a,
+        "plan (rank 0 decompresses a gzip for several ranks)": plan_b - plan_a,
+        "pass 1: tokenize, count, spool raw ids": count_b - count_a,
+        "gather the tables, fix the vocabulary (rank 0)": at["fix_vocab"][1] - count_b,
+        "pass 2 and the sentence cuts": create_a - at["fix_vocab"][1],
+        "create the file, every rank writes its slices": write_b - create_a,
+        "rank 0: corpus id (reads the ids back), seal, fsync": fin_b - fin_a,
+        "exit (the interpreter's teardown, the launcher)": wall - fin_b,
+        "total (wall of the launch)": wall,
+    }
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        return child(sys.argv[2], sys.argv[3:])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", default=str(DATA / "enwiki-extract-100M.txt.gz"))
+    p.add_argument("--repeat", type=int, default=0, help="run on N copies of the decompressed input")
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--workdir", default=None, help="where the input copy and corpora go (default: a temp dir)")
+    a = p.parse_args()
+    from mpidwe.demo import mpi_launch
+    from mpidwe.text import describe_source, open_reader
+
+    with tempfile.TemporaryDirectory(dir=a.workdir) as tmp:
+        source = a.input
+        if a.repeat:
+            source = os.path.join(tmp, f"plain-x{a.repeat}.txt")
+            with open(source, "wb") as dst:
+                for _ in range(a.repeat):
+                    with open_reader(describe_source(a.input)) as src:
+                        while block := src.read(1 << 24):
+                            dst.write(block)
+        table = {}
+        for n in a.ranks:
+            out, trace = os.path.join(tmp, f"c{n}.h5"), os.path.join(tmp, f"trace{n}")
+            cmd = mpi_launch(n, [__file__, "--child", trace, source, "--output", out, *OPTIONS])
+            t0 = time.time()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, PHASES_T0=repr(t0), OMPI_ALLOW_RUN_AS_ROOT="1",
+                                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+            wall = time.time() - t0
+            table[n] = phases(json.load(open(f"{trace}.0")), wall)
+            os.unlink(out)
+    what = f"{a.input}" + (f" x{a.repeat} (plain)" if a.repeat else "")
+    print(f"input: {what}; seconds, rank 0's view")
+    print(f"{'phase':55s}" + "".join(f"{f'{n} rank(s)':>12s}" for n in a.ranks))
+    for name in table[a.ranks[0]]:
+        print(f"{name:55s}" + "".join(f"{table[n][name]:12.2f}" for n in a.ranks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
