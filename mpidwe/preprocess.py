@@ -217,12 +217,11 @@ def final_ids_compiled(spool: IdSpool, remap: np.ndarray, line_ends: np.ndarray)
     million tokens, and nothing held in memory)."""
     from .kernels.tokenize import remap_and_count_lines
 
-    base = kept = j = 0
-    found = []
+    base = kept = j = found = 0
+    lines = np.empty(len(line_ends), dtype=np.int64)     # every chunk fills the next of its slots
     for raw in itertools.chain(spool.chunks(FLUSH_TOKENS), [np.zeros(0, dtype=np.int32)]):
-        lines = np.empty(len(line_ends) - j, dtype=np.int64)
-        k, j, nl = remap_and_count_lines(raw, remap, line_ends, j, base, kept, lines)
-        found.append(lines[:nl])
+        k, j, nl = remap_and_count_lines(raw, remap, line_ends, j, base, kept, lines[found:])
+        found += nl
         base += len(raw)
         kept += k
 
@@ -232,7 +231,7 @@ def final_ids_compiled(spool: IdSpool, remap: np.ndarray, line_ends: np.ndarray)
             k, _, _ = remap_and_count_lines(raw, remap, none, 0, 0, 0, none)
             yield raw[:k]
 
-    return RankIds(kept, np.concatenate(found), blocks)
+    return RankIds(kept, lines[:found], blocks)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -275,7 +274,7 @@ def _tmp_path(output: str, kind: str, tag: str) -> str:
     tmp, stdin, pipeN (a copy of input N, a stream) or plainN (input N decompressed); earlier
     versions also wrote partN (``_leftover_writer`` still recognises them)."""
     head, name = os.path.split(os.path.abspath(output))
-    return os.path.join(head, f".{name}.{kind}-{tag}" + (".h5" if kind.startswith("part") else ""))
+    return os.path.join(head, f".{name}.{kind}-{tag}")
 
 
 def _leftover_writer(output: str, name: str):
