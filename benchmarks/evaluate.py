@@ -53,14 +53,14 @@ def main() -> int:
     p.add_argument("--restrict-vocab", type=int, default=30_000)
     a = p.parse_args()
 
-    from mpidwe.comm import Comm
-    from mpidwe.corpus import Corpus
-    from mpidwe.evaluate import (evaluate_analogies, evaluate_similarity, read_analogies,
-                                 read_similarity, refcache)
+    from mpidwe.dist.comm import Comm
+    from mpidwe.io.corpus import Corpus
+    from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity
+    from mpidwe.io import refcache
     from mpidwe.evaluate.cli import word_index
     from mpidwe.evaluate.pip import pip_loss
     from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
-    from mpidwe.evaluate.vectors import load_vectors, write_word2vec
+    from mpidwe.io.vectors import load_vectors, write_word2vec
 
     rows: list[tuple[str, float, str]] = []
     with tempfile.TemporaryDirectory() as tmp:

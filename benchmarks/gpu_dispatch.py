@@ -159,8 +159,8 @@ def counting():
 
 def count_training(corpus: str, out: str, **options) -> tuple[Counts, int, float]:
     """Train with the torch kernel on the CPU under the counter: (counts, words, seconds)."""
-    from mpidwe.comm import Comm
-    from mpidwe.config import TrainConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import TrainConfig
     from mpidwe.train import run
 
     cfg = TrainConfig(**dict(dict(corpus=corpus, out=out, kernel="torch", device="cpu", progress=False,
@@ -172,8 +172,8 @@ def count_training(corpus: str, out: str, **options) -> tuple[Counts, int, float
 
 
 def make_demo(directory: Path, tokens: int, seed: int = 1) -> str:
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig, SynthConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import PreprocessConfig, SynthConfig
     from mpidwe.preprocess import run as preprocess
     from mpidwe.synth import write_demo
 

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig, SynthConfig, TrainConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import PreprocessConfig, SynthConfig, TrainConfig
     from mpidwe.kernels import torch_kernel
     from mpidwe.preprocess import run as preprocess
     from mpidwe.synth import write_demo

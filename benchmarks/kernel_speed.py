@@ -45,7 +45,7 @@ DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
 from mpidwe.kernels import cpu  # noqa: E402
-from mpidwe.vocab import keep_probabilities, negative_table  # noqa: E402
+from mpidwe.core.vocab import keep_probabilities, negative_table  # noqa: E402
 
 VARIANTS = {"pair": ("skipgram", False), "shared": ("skipgram", True), "cbow": ("cbow", False)}
 

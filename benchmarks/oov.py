@@ -113,7 +113,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "mpidwe.preprocess", a.input, "--output", corpus, "--normalize", "text8",
                         "--strip-doc-tags", "--min-count", str(HYPER["min_count"]), "--hold-out", hold_file],
                        check=True, env=env(), stdout=subprocess.DEVNULL)
-    from mpidwe.corpus import Corpus
+    from mpidwe.io.corpus import Corpus
 
     with Corpus(corpus) as c:
         vocab = set(c.words)

@@ -50,7 +50,7 @@ def main() -> int:
     p.add_argument("--workdir", default=None, help="where the inputs and corpora go (default: a temporary folder)")
     a = p.parse_args()
     from mpidwe.demo import mpi_launch
-    from mpidwe.text import ScanStats, TextOptions, describe_source, open_reader, scan_range
+    from mpidwe.io.text import ScanStats, TextOptions, describe_source, open_reader, scan_range
 
     with tempfile.TemporaryDirectory(dir=a.workdir) as tmp:
         inputs = {"input": a.input}

@@ -35,7 +35,7 @@ OPTIONS = ["--normalize", "text8", "--strip-doc-tags", "--min-count", "5"]
 def child(trace: str, argv: list[str]) -> int:
     """One rank: the command with every agreed step timed (seconds since the launch)."""
     t0 = float(os.environ["PHASES_T0"])
-    from mpidwe import comm as comm_mod
+    from mpidwe.dist import comm as comm_mod
     from mpidwe import preprocess
 
     steps = []
@@ -87,7 +87,7 @@ def main() -> int:
     p.add_argument("--workdir", default=None, help="where the input copy and corpora go (default: a temp dir)")
     a = p.parse_args()
     from mpidwe.demo import mpi_launch
-    from mpidwe.text import describe_source, open_reader
+    from mpidwe.io.text import describe_source, open_reader
 
     with tempfile.TemporaryDirectory(dir=a.workdir) as tmp:
         source = a.input

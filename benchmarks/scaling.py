@@ -46,7 +46,7 @@ def touched_rows(counts, keep, negative: int, words: float) -> float:
     """Expected distinct rows of (input + output) one rank touches in ``words`` raw words."""
     import numpy as np
 
-    from mpidwe.vocab import negative_probabilities
+    from mpidwe.core.vocab import negative_probabilities
 
     p = counts / counts.sum()
     kept = p * keep
@@ -90,8 +90,8 @@ def main() -> int:
     print(f"measured: 1 rank x {cfg1['threads']} thread(s) computes {rate:,.0f} words/s; corpus {words:,} words, "
           f"V={vocab:,}, dim={dim}")
 
-    from mpidwe.corpus import Corpus
-    from mpidwe.vocab import keep_probabilities
+    from mpidwe.io.corpus import Corpus
+    from mpidwe.core.vocab import keep_probabilities
 
     with Corpus(cfg1["corpus"]) as corpus:
         counts = corpus.counts.astype(float)

@@ -37,7 +37,7 @@ SUB = dict(minn=3, maxn=6, buckets=2_000_000)
 def run_fasttext(text: str, out: str, epochs: int, seed: int) -> float:
     code = f"""
 import time, numpy as np, fasttext
-from mpidwe.evaluate.vectors import write_word2vec
+from mpidwe.io.vectors import write_word2vec
 t = time.perf_counter()
 m = fasttext.train_unsupervised({text!r}, model="skipgram", dim={HYPER['dim']}, ws={HYPER['window']},
                                 neg={HYPER['negative']}, t={HYPER['sample']}, lr={LR}, minCount={HYPER['min_count']},

@@ -36,7 +36,7 @@ def env() -> dict:
 
 def score(vectors_path: str) -> dict:
     from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity
-    from mpidwe.evaluate.vectors import read_word2vec
+    from mpidwe.io.vectors import read_word2vec
 
     words, vecs = read_word2vec(vectors_path)
     index = {w: i for i, w in enumerate(words)}
@@ -84,11 +84,11 @@ def run_mpidwe(corpus: str, out: str, ranks: int, threads: int, sync: str, epoch
 
 def prepare(a, work: str) -> tuple[str, str, int]:
     """The corpus (mpidwe) and the same normalised text (gensim), made once per workdir."""
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig
-    from mpidwe.corpus import Corpus
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import PreprocessConfig
+    from mpidwe.io.corpus import Corpus
     from mpidwe.preprocess import run as preprocess
-    from mpidwe.text import ScanStats, TextOptions, describe_source, scan_range
+    from mpidwe.io.text import ScanStats, TextOptions, describe_source, scan_range
 
     corpus = os.path.join(work, "corpus.h5")
     text = os.path.join(work, "normalised.txt")
@@ -111,8 +111,8 @@ def prepare(a, work: str) -> tuple[str, str, int]:
 
 def warm_corpus(work: str) -> str:
     """A small demo corpus to compile the kernels on, made once per workdir."""
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig, SynthConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import PreprocessConfig, SynthConfig
     from mpidwe.preprocess import run as preprocess
     from mpidwe.synth import write_demo
 
@@ -134,7 +134,7 @@ def main() -> int:
     p.add_argument("--sync-every", type=int, default=None)
     p.add_argument("--skip-gensim", action="store_true")
     a = p.parse_args()
-    from mpidwe.corpus import Corpus
+    from mpidwe.io.corpus import Corpus
 
     work = a.workdir or tempfile.mkdtemp(prefix="mpidwe-bench-")
     os.makedirs(work, exist_ok=True)

@@ -12,7 +12,7 @@ module of ``python -m mpidwe.train``, and calling it, ``mpidwe.train(**options)`
 ``mpidwe.fit(**options)``.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _API = ("load", "fit", "WordVectors")
 __all__ = [*_API, "__version__"]

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from .errors import InputError
+from .core.errors import InputError
 
 MATRICES = ("input", "output", "sum")
 
@@ -31,7 +31,7 @@ class WordVectors:
     ``words`` (list of str, most frequent first for mpidwe's own files), ``vectors`` (float32,
     one row per word), ``counts`` (int64 corpus counts, or None where the source has none, as a
     word2vec file), ``path`` (what was loaded), ``checkpoint`` (the
-    :class:`mpidwe.checkpoint.Checkpoint` it came from, with configuration, progress and
+    :class:`mpidwe.io.checkpoint.Checkpoint` it came from, with configuration, progress and
     metrics; None for a word2vec file or a :func:`fit` result), ``run_dir`` (the run directory
     when known), ``matrix`` (input, output or sum) and ``result`` (the ``RunResult`` of
     :func:`fit`, else None). Unit-length rows, used by every cosine query, are computed on the
@@ -204,7 +204,7 @@ class WordVectors:
     def save_word2vec_format(self, path: str, *, binary: bool = False) -> None:
         """Write word2vec text (default, as gensim) or binary, atomically. Whitespace inside a
         word is written as a ``\\uXXXX`` escape (docs/api.md)."""
-        from .evaluate.vectors import write_word2vec
+        from .io.vectors import write_word2vec
 
         write_word2vec(path, self.words, self.vectors, binary=binary)
 
@@ -230,11 +230,11 @@ class WordVectors:
 
 # -------------------------------------------------------------------- loading
 def read_checkpoint(path: str, warn=None, params: bool = True):
-    """The :class:`mpidwe.checkpoint.Checkpoint` at ``path``, or, for a run directory (or its
+    """The :class:`mpidwe.io.checkpoint.Checkpoint` at ``path``, or, for a run directory (or its
     ``checkpoints`` folder), its newest checkpoint that loads and verifies; damaged ones are
     skipped with a warning passed to ``warn``. Loaded (and checksummed) once. ``params=False``
     leaves the matrices unread (checkpoint.load)."""
-    from . import checkpoint
+    from .io import checkpoint
 
     if not os.path.isdir(path):
         return checkpoint.load(path, params=params)
@@ -294,7 +294,7 @@ def load(path, *, matrix: str = "input", warn=None) -> WordVectors:
     ``sum`` (both added, sometimes better on similarity); a word2vec file holds one matrix,
     so only ``input`` is accepted for it. ``warn`` receives a line for each damaged
     checkpoint skipped in a run directory (default: the ``mpidwe`` logger). A file that
-    cannot be read raises :class:`mpidwe.errors.InputError` with a one-line message."""
+    cannot be read raises :class:`mpidwe.core.errors.InputError` with a one-line message."""
     _check_matrix(matrix)
     path = os.fspath(path)
     kind = kind_of(path)
@@ -302,7 +302,7 @@ def load(path, *, matrix: str = "input", warn=None) -> WordVectors:
         if matrix != "input":
             raise InputError(f"{path} is a word2vec file, which holds only the input vectors (the "
                              f"{matrix} matrix needs a checkpoint or a run directory)")
-        from .evaluate.vectors import read_word2vec
+        from .io.vectors import read_word2vec
 
         words, vectors = read_word2vec(path)
         return WordVectors(words, vectors, None, path=path, matrix=matrix)
@@ -335,15 +335,15 @@ def oov_model(config: dict, words, w_in, ck=None, matrix: str = "input"):
     rows), else the character generator fitted to its ``matrix`` vectors and stored beside
     ``ck`` (``python -m mpidwe.inspect RUN fit-chars``; checkpoint.load_char_model)."""
     if config.get("subwords"):
-        from .subwords import build_table
+        from .core.subwords import build_table
 
         return SubwordOOV(build_table(list(words), config["minn"], config["maxn"], config["buckets"]), w_in)
     if ck is not None and ck.path:
-        from .checkpoint import load_char_model
+        from .io.checkpoint import load_char_model
 
         stored = load_char_model(ck)
         if stored is not None and stored[2] == matrix:
-            from .charmodel import CharModel
+            from .core.charmodel import CharModel
 
             meta, params, _ = stored
             try:
@@ -363,11 +363,11 @@ def _run_dir_of(ckpt_path: str) -> str | None:
 def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     """Train word vectors from Python and return them as :class:`WordVectors`.
 
-    ``options`` are the fields of :class:`mpidwe.config.TrainConfig`, with the names of the
+    ``options`` are the fields of :class:`mpidwe.core.config.TrainConfig`, with the names of the
     command's flags (``corpus``, ``out``, ``dim``, ``window``, ``epochs``, ``threads``,
     ``progress``, ...; ``python -m mpidwe.train --help`` lists them with their defaults),
     checked as strictly as a ``--config`` file: an unknown name or a value of the wrong type
-    is a :class:`mpidwe.errors.ConfigError`. Training runs in this process, without
+    is a :class:`mpidwe.core.errors.ConfigError`. Training runs in this process, without
     ``mpiexec``; in a script started by ``mpiexec -n P`` every rank trains its shard, and
     every rank gets the vectors. The run directory (``out``) holds what the command writes
     (config.json, metrics.jsonl, checkpoints, vectors.txt); ``mpidwe.load(out)`` reads it
@@ -384,12 +384,12 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     as soon as anything (this function included) imported it."""
     _check_matrix(matrix)
     from . import train as train_module
-    from .comm import Comm
-    from .config import TrainConfig, from_mapping, to_dict
+    from .dist.comm import Comm
+    from .core.config import TrainConfig, from_mapping, to_dict
 
     cfg = from_mapping(TrainConfig, options, source="mpidwe.fit() arguments")
     if cfg.follow:
-        from .errors import ConfigError
+        from .core.errors import ConfigError
 
         raise ConfigError("follow= watches a folder until stopped and returns no vectors; run python -m "
                           "mpidwe.train --follow DIR, then mpidwe.load(RUN_DIR/steps/NNNN)")
@@ -408,7 +408,7 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
 
 
 def _corpus_counts(path: str, n_words: int):
-    from .corpus import Corpus
+    from .io.corpus import Corpus
 
     with Corpus(path) as corpus:
         counts = corpus.counts

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from . import __version__
+from .version import __version__
 
 COMMANDS = {
     "train": ("mpidwe.train", "train SGNS / CBOW on every rank's shard (under mpirun/srun for many ranks)"),

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 
-from .corpus import Corpus
+from .io.corpus import Corpus
 
 
 def mpiexec() -> str:

@@ -28,7 +28,7 @@ and 2 when every query failed (the wrong file, or text normalised differently fr
 vocabulary, rather than a few rare words). A query given as arguments that fails (an unknown
 word among them) is one error line and exit 2, as every other error.
 
-``export`` and ``plot`` write atomically (mpidwe.fsutil: a temporary name beside the output,
+``export`` and ``plot`` write atomically (mpidwe.io.fsutil: a temporary name beside the output,
 fsync, rename). An output that cannot be written (its folder missing, not a folder or not
 writable, the output a folder) is refused before any work, and one that fails while being
 written (a full disk) leaves neither the file nor a temporary one: both are one error line
@@ -44,9 +44,9 @@ import os
 import sys
 
 from .api import MATRICES, WordVectors, load
-from .charmodel import CharModelOptions
-from .errors import ConfigError, InputError, MpidweError
-from .fsutil import atomic_path
+from .core.charmodel import CharModelOptions
+from .core.errors import ConfigError, InputError, MpidweError
+from .io.fsutil import atomic_path
 
 PROG = "python -m mpidwe.inspect"
 STDIN = "-"
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -------------------------------------------------------------------- summary
 def summary(ck) -> dict:
-    """The summary of a :class:`mpidwe.checkpoint.Checkpoint` (``--json`` prints it)."""
+    """The summary of a :class:`mpidwe.io.checkpoint.Checkpoint` (``--json`` prints it)."""
     p = ck.progress
     last = ck.metrics[-1] if ck.metrics else {}
     return {
@@ -421,8 +421,8 @@ def sharded_checkpoint(path: str):
 
 def export_streamed(a, ck) -> None:
     """Export a sharded checkpoint piece by piece: no more than a piece of rows in memory."""
-    from . import checkpoint
-    from .evaluate.vectors import write_word2vec_blocks
+    from .io import checkpoint
+    from .io.vectors import write_word2vec_blocks
 
     if os.path.exists(a.output) and not a.force:
         raise InputError(f"output exists: {a.output} (use --force to overwrite)")
@@ -443,7 +443,9 @@ def fit_chars(a) -> dict:
     """Fit the character generator to a checkpoint's vectors and store it beside it."""
     import dataclasses
 
-    from . import api, checkpoint, charmodel
+    from . import api
+    from .io import checkpoint
+    from .core import charmodel
 
     if api.kind_of(a.path) == "word2vec":
         raise InputError(f"fit-chars stores the model beside a checkpoint; {a.path} is a word2vec file "

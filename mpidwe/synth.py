@@ -43,10 +43,10 @@ from typing import Iterator
 
 import numpy as np
 
-from . import __version__
-from .config import SynthConfig, parse_command, resolve_path, to_dict
-from .errors import InputError, MpidweError
-from .fsutil import atomic_write, fsync_dir  # noqa: F401 (atomic_write is part of this module's API)
+from .version import __version__
+from .core.config import SynthConfig, parse_command, resolve_path, to_dict
+from .core.errors import InputError, MpidweError
+from .io.fsutil import atomic_write, fsync_dir  # noqa: F401 (atomic_write is part of this module's API)
 
 FORMAT = "mpidwe-synth"
 FORMAT_VERSION = 1

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import mpidwe
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig
-from mpidwe.errors import ConfigError, InputError
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig
+from mpidwe.core.errors import ConfigError, InputError
 from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity
 from mpidwe.train import run as train
 

@@ -1,4 +1,4 @@
-"""--balance speed: one stream divided by measured speed (mpidwe.balance), and a real run
+"""--balance speed: one stream divided by measured speed (mpidwe.core.balance), and a real run
 with a rank on a shared core."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.balance import EpochStream, SpeedWeights, split_points
-from mpidwe.corpus import Corpus
+from mpidwe.io import checkpoint
+from mpidwe.core.balance import EpochStream, SpeedWeights, split_points
+from mpidwe.io.corpus import Corpus
 
 from conftest import make_demo_corpus, mpi_env, mpiexec_path, run_mpi
 import sys

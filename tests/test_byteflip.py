@@ -55,8 +55,8 @@ def _text(directory: Path) -> Path:
 
 
 def make_corpus(directory: Path) -> Path:
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import PreprocessConfig
     from mpidwe.preprocess import run
 
     out = directory / "corpus.h5"
@@ -65,7 +65,7 @@ def make_corpus(directory: Path) -> Path:
 
 
 def make_checkpoint(directory: Path) -> Path:
-    from mpidwe import checkpoint
+    from mpidwe.io import checkpoint
 
     rng = np.random.default_rng(3)
     v, d = 53, 8
@@ -83,7 +83,7 @@ def make_checkpoint(directory: Path) -> Path:
 
 
 def make_cache(directory: Path) -> Path:
-    from mpidwe.evaluate import refcache
+    from mpidwe.io import refcache
 
     rng = np.random.default_rng(5)
     key = refcache.ReferenceKey(**CACHE_KEY)
@@ -113,7 +113,7 @@ def _digest(*parts) -> str:
 
 def read_corpus(path: str) -> str:
     """What ``train`` does with a corpus before and while training (1 rank)."""
-    from mpidwe.corpus import Corpus
+    from mpidwe.io.corpus import Corpus
 
     with Corpus(path) as c:
         c.verify()
@@ -125,7 +125,7 @@ def read_corpus(path: str) -> str:
 
 
 def read_checkpoint(path: str) -> str:
-    from mpidwe import checkpoint
+    from mpidwe.io import checkpoint
 
     ck = checkpoint.load(path)
     return _digest(ck.words, ck.counts, ck.w_in, ck.w_out, ck.state.rng_state, ck.progress.__dict__,
@@ -133,7 +133,7 @@ def read_checkpoint(path: str) -> str:
 
 
 def read_cache(path: str) -> str:
-    from mpidwe.evaluate import refcache
+    from mpidwe.io import refcache
 
     ref = refcache.read_reference(path, refcache.ReferenceKey(**CACHE_KEY))
     if ref is None:
@@ -218,7 +218,7 @@ def worker(kind: str, original: str, expected: str, scratch: str, todo: str) -> 
     """Reads ``offset mask`` lines from ``todo``; for each, flips the byte of a copy in
     ``scratch``, runs the reader and prints ``START offset`` before and ``offset outcome
     detail`` after."""
-    from mpidwe.errors import MpidweError
+    from mpidwe.core.errors import MpidweError
 
     data = Path(original).read_bytes()
     reader = READERS[kind]

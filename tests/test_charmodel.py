@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import mpidwe
-from mpidwe import checkpoint
-from mpidwe.charmodel import CharModelOptions, corrupt, fit
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig
-from mpidwe.errors import ConfigError, InputError
+from mpidwe.io import checkpoint
+from mpidwe.core.charmodel import CharModelOptions, corrupt, fit
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig
+from mpidwe.core.errors import ConfigError, InputError
 from mpidwe.train import run as train
 
 from conftest import clusters, make_demo_corpus, misspelt, misspelt_neighbours, run_py, train_small_demo
@@ -94,7 +94,7 @@ def test_the_stored_model_round_trips_and_is_not_a_checkpoint(fitted):
         f["params"].visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Dataset) else None)
     assert {"embed.weight", "lstm.weight_ih_l0", "lstm.weight_ih_l0_reverse", "mlp.2.weight"} <= names
     meta, params, matrix = checkpoint.load_char_model(ck)
-    from mpidwe.charmodel import CharModel
+    from mpidwe.core.charmodel import CharModel
 
     a = CharModel.from_state(meta, params).vectors(["zzkrop", "a"])
     b = mpidwe.load(str(out)).oov.vectors(["zzkrop", "a"])
@@ -124,7 +124,7 @@ def test_a_damaged_or_foreign_model_is_one_error_line(fitted, tmp_path):
     open(path, "wb").write(good)
     with h5py.File(path, "r+") as f:
         f.attrs["format_version"] = 99
-    from mpidwe.formats import seal
+    from mpidwe.io.formats import seal
 
     seal(path, [])
     with pytest.raises(InputError, match="character model format version 99"):

@@ -6,9 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.errors import InputError
-from mpidwe.formats import reseal
+from mpidwe.io import checkpoint
+from mpidwe.core.errors import InputError
+from mpidwe.io.formats import reseal
 
 
 def unsealed_copy(src, dst, **attrs):

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_mpi
-from mpidwe.comm import Comm, ring_plan
-from mpidwe.errors import EXIT_DIVERGED, ConfigError, InputError
+from mpidwe.dist.comm import Comm, ring_plan
+from mpidwe.core.errors import EXIT_DIVERGED, ConfigError, InputError
 
 
 def test_serial_comm_collectives_are_identity():

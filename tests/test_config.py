@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from mpidwe.config import (PreprocessConfig, SynthConfig, TrainConfig, from_json, from_mapping, parse_command,
-                           to_dict, to_json)
-from mpidwe.errors import ConfigError
+from mpidwe.core.config import (PreprocessConfig, SynthConfig, TrainConfig, from_json, from_mapping,
+    parse_command, to_dict, to_json)
+from mpidwe.core.errors import ConfigError
 
 from conftest import error_lines, run_py
 

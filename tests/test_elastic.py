@@ -10,9 +10,9 @@ import shutil
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, SynthConfig
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig, SynthConfig
 from mpidwe.evaluate import evaluate_similarity, read_similarity
 from mpidwe.preprocess import run as preprocess
 from mpidwe.synth import write_demo

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mpidwe.errors import InputError
+from mpidwe.core.errors import InputError
 from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity
 
 

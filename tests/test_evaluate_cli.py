@@ -6,10 +6,10 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.errors import InputError
+from mpidwe.core.errors import InputError
 from mpidwe.evaluate import cli
 from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
-from mpidwe.evaluate.vectors import load_vectors, read_word2vec, write_word2vec
+from mpidwe.io.vectors import load_vectors, read_word2vec, write_word2vec
 
 from test_pip import make_corpus
 
@@ -237,9 +237,9 @@ def test_pip_without_common_words(tmp_path, capsys):
 
 
 def test_pip_refuses_vectors_of_another_dimension(tmp_path):
-    from mpidwe.comm import Comm
-    from mpidwe.config import PreprocessConfig
-    from mpidwe.evaluate.vectors import write_word2vec
+    from mpidwe.dist.comm import Comm
+    from mpidwe.core.config import PreprocessConfig
+    from mpidwe.io.vectors import write_word2vec
     from mpidwe.preprocess import run as preprocess
 
     from conftest import run_py

@@ -1,5 +1,5 @@
 """train --follow DIR: files dropped into a folder are appended and trained on, and a restart
-trains no file twice and skips none (mpidwe.follow)."""
+trains no file twice and skips none (mpidwe.train.follow)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig
-from mpidwe.corpus import Corpus
-from mpidwe.follow import Follower, FollowState, ready_files
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig
+from mpidwe.io.corpus import Corpus
+from mpidwe.train.follow import Follower, FollowState, ready_files
 from mpidwe.preprocess import run as preprocess
 
 from conftest import error_lines, make_demo_corpus, mpi_command, mpi_env, run_py
@@ -143,7 +143,7 @@ def test_a_crash_after_the_append_does_not_append_again(setup, tmp_path):
     # stopped right after an append: exit 75, appended but not trained; the next run trains it
     drop(inbox, "b.txt", texts[1])
     time.sleep(0.3)
-    from mpidwe.config import TrainConfig
+    from mpidwe.core.config import TrainConfig
 
     cfg = TrainConfig(corpus=str(corpus), out=str(out), follow=str(inbox), dim=16, epochs=1, threads=1,
                       progress=False, follow_settle=0.2)

@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mpidwe import checkpoint  # noqa: E402
-from mpidwe.comm import Comm  # noqa: E402
-from mpidwe.config import TrainConfig  # noqa: E402
+from mpidwe.io import checkpoint  # noqa: E402
+from mpidwe.dist.comm import Comm  # noqa: E402
+from mpidwe.core.config import TrainConfig  # noqa: E402
 from mpidwe.kernels import torch_kernel  # noqa: E402
 from mpidwe.train import run as train  # noqa: E402
-from mpidwe.vocab import keep_probabilities, negative_table  # noqa: E402
+from mpidwe.core.vocab import keep_probabilities, negative_table  # noqa: E402
 
 from conftest import ROOT, make_demo_corpus, run_mpi  # noqa: E402
 from test_train import cluster_purity  # noqa: E402
@@ -209,7 +209,7 @@ def test_torch_path_matches_numba_on_the_full_demo(tmp_path_factory, tmp_path):
 
 # ------------------------------------------------------------------ device-resident parameters
 def test_parameters_stay_on_the_device_until_a_checkpoint(demo, tmp_path, monkeypatch):
-    from mpidwe import device
+    from mpidwe.dist import device
 
     downloads = []
     real = device.DeviceParams.to_host
@@ -251,7 +251,7 @@ def test_torch_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path):
 def test_batch_size_changes_the_numbers_so_resume_must_keep_it(demo, tmp_path):
     """--batch-size decides which updates share a snapshot: other numbers, so a resumed torch
     run refuses another batch size (the resume would not be exact); numba ignores it."""
-    from mpidwe.errors import InputError
+    from mpidwe.core.errors import InputError
 
     vocab, dim = 20, 8
     rng = np.random.default_rng(3)

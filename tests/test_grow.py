@@ -11,11 +11,11 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, SynthConfig
-from mpidwe.corpus import Corpus, segment_range
-from mpidwe.errors import InputError
-from mpidwe.formats import reseal
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig, SynthConfig
+from mpidwe.io.corpus import Corpus, segment_range
+from mpidwe.core.errors import InputError
+from mpidwe.io.formats import reseal
 from mpidwe.preprocess import grow_vocab, run
 from mpidwe.synth import write_demo
 
@@ -209,7 +209,7 @@ def test_train_refuses_a_segment_the_corpus_lacks(tmp_path):
 
 
 def test_the_balanced_stream_covers_only_the_selected_segments(tmp_path):
-    from mpidwe.balance import EpochStream
+    from mpidwe.core.balance import EpochStream
 
     texts(tmp_path)
     base = build(tmp_path, "c.h5")

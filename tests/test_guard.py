@@ -2,7 +2,7 @@
 
 import math
 
-from mpidwe.guard import DivergenceGuard
+from mpidwe.core.guard import DivergenceGuard
 
 
 def feed(guard, losses, max_abs=1.0):

@@ -8,7 +8,7 @@ import heapq
 import numpy as np
 import pytest
 
-from mpidwe.huffman import build_tree
+from mpidwe.core.huffman import build_tree
 from mpidwe.kernels import cpu, reference
 from test_kernels import VARIANTS, make_state, run, zipf_corpus
 

@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig
 from mpidwe.train import run as train
 
 from conftest import ROOT, error_lines, make_demo_corpus, run_mpi
@@ -128,11 +128,11 @@ def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path
     ck = checkpoint.latest_valid(str(out / "checkpoints"))
     del ck.config["loss"]
     assert RESUME_DEFAULTS["loss"] == "ns"
-    from mpidwe.corpus import Corpus
+    from mpidwe.io.corpus import Corpus
 
     with Corpus(str(demo / "corpus.h5")) as c:
         _check_resume(dict(ck.config, loss="ns"), ck, c, 1)
-        from mpidwe.errors import InputError
+        from mpidwe.core.errors import InputError
 
         with pytest.raises(InputError, match="--loss is 'hs'"):
             _check_resume(dict(ck.config, loss="hs"), ck, c, 1)
@@ -140,7 +140,7 @@ def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path
 
 def test_an_hs_run_is_inspected_and_exported_by_its_input_vectors(demo, tmp_path):
     import mpidwe
-    from mpidwe.errors import InputError
+    from mpidwe.core.errors import InputError
     from conftest import run_py
 
     out = tmp_path / "r"
@@ -156,8 +156,8 @@ def test_an_hs_run_is_inspected_and_exported_by_its_input_vectors(demo, tmp_path
 
 
 def test_hs_refuses_a_one_word_vocabulary(tmp_path):
-    from mpidwe.config import PreprocessConfig
-    from mpidwe.errors import InputError
+    from mpidwe.core.config import PreprocessConfig
+    from mpidwe.core.errors import InputError
     from mpidwe.preprocess import run as preprocess
 
     (tmp_path / "one.txt").write_text("same same same same\n" * 20)

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig
 from mpidwe.train import run as train
 
 from conftest import make_demo_corpus, mpi_env, run_py

@@ -9,7 +9,7 @@ import pytest
 
 from mpidwe.kernels import cpu, reference
 from mpidwe.kernels.common import learning_rate
-from mpidwe.vocab import keep_probabilities, negative_probabilities, negative_table, table_probabilities
+from mpidwe.core.vocab import keep_probabilities, negative_probabilities, negative_table, table_probabilities
 
 VOCAB, DIM = 40, 12
 VARIANTS = [("skipgram", False), ("skipgram", True), ("cbow", False)]

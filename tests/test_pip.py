@@ -6,13 +6,14 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig
-from mpidwe.corpus import Corpus
-from mpidwe.errors import ConfigError, InputError
-from mpidwe.evaluate import pip, refcache, sppmi
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig
+from mpidwe.io.corpus import Corpus
+from mpidwe.core.errors import ConfigError, InputError
+from mpidwe.evaluate import pip, sppmi
+from mpidwe.io import refcache
 from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
-from mpidwe.formats import reseal
+from mpidwe.io.formats import reseal
 from mpidwe.preprocess import run as preprocess
 
 from conftest import run_mpi
@@ -225,8 +226,8 @@ def test_reference_spec_is_checked(tmp_path):
 MPI_SCRIPT = """
 import json, sys
 import numpy as np
-from mpidwe.comm import Comm
-from mpidwe.corpus import Corpus
+from mpidwe.dist.comm import Comm
+from mpidwe.io.corpus import Corpus
 from mpidwe.evaluate import pip, sppmi
 comm = Comm.world()
 assert comm.size == 2

@@ -7,11 +7,11 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig
-from mpidwe.corpus import Corpus
-from mpidwe.errors import InputError
-from mpidwe.formats import reseal
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig
+from mpidwe.io.corpus import Corpus
+from mpidwe.core.errors import InputError
+from mpidwe.io.formats import reseal
 from mpidwe.preprocess import run
 
 from conftest import error_lines, run_mpi, run_py
@@ -692,7 +692,7 @@ def test_sentences_of_slices_are_the_sentences_of_the_whole():
     still open where the slice starts (``sentence_carries``): together they are the whole
     corpus's sentences, for any split, also slices that are empty, hold no line start, or
     end exactly at one."""
-    from mpidwe.corpus import sentence_carries, sentence_starts
+    from mpidwe.io.corpus import sentence_carries, sentence_starts
 
     rng = np.random.default_rng(0)
     for trial in range(300):

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run as preprocess
 
 from conftest import error_lines, make_demo_corpus, mpi_command, mpi_env, run_mpi

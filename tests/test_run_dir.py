@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig
-from mpidwe.errors import InputError
+from mpidwe.io import checkpoint
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig
+from mpidwe.core.errors import InputError
 from mpidwe.train import run as train
 
 from conftest import make_demo_corpus
@@ -90,7 +90,7 @@ def test_resume_from_the_corpus_itself_is_named_as_such(demo, tmp_path):
 
 
 def test_an_absurd_negative_count_is_refused_up_front(tmp_path):
-    from mpidwe.errors import ConfigError
+    from mpidwe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--negative must be <= 1000, got 100000"):
         TrainConfig(out=str(tmp_path / "n"), negative=100_000)
@@ -101,7 +101,7 @@ def test_the_checkpoint_history_stays_bounded_and_resume_keeps_the_full_log(demo
     """A tiny interval makes many rounds: the checkpoint embeds a thinned history, while
     metrics.jsonl keeps every line, also across a resume."""
     import mpidwe.train as t
-    from mpidwe.errors import ConfigError
+    from mpidwe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--sync-every must be 0 \\(automatic\\) or >= 1,000"):
         TrainConfig(out=str(tmp_path / "s"), sync_every=1)
@@ -165,7 +165,7 @@ def test_a_stale_lock_is_taken_over_and_leftovers_are_removed(demo, tmp_path):
     import subprocess
     import sys
 
-    from mpidwe.fsutil import DirLock
+    from mpidwe.io.fsutil import DirLock
 
     out = tmp_path / "stale"
     (out / "checkpoints").mkdir(parents=True)
@@ -184,7 +184,7 @@ def test_a_stale_lock_is_taken_over_and_leftovers_are_removed(demo, tmp_path):
 
 
 def test_lock_of_another_host_is_respected_until_it_goes_silent(tmp_path):
-    from mpidwe.fsutil import DirLock
+    from mpidwe.io.fsutil import DirLock
 
     other = {"host": "node-17", "pid": 1, "slurm_job": "", "since": "then"}
     (tmp_path / ".mpidwe.lock").write_text(json.dumps(other))
@@ -230,7 +230,7 @@ def test_a_changed_corpus_is_refused_before_training(demo, tmp_path):
     never checked against the content."""
     import h5py
 
-    from mpidwe.corpus import D_SENTENCES, D_TOKENS, Corpus
+    from mpidwe.io.corpus import D_SENTENCES, D_TOKENS, Corpus
 
     for dataset in (D_TOKENS, D_SENTENCES):
         bad = tmp_path / f"bad-{dataset.replace('/', '_')}.h5"

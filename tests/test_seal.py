@@ -6,12 +6,12 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe import formats
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig
-from mpidwe.corpus import D_SENTENCES, D_TOKENS, Corpus
-from mpidwe.errors import InputError
-from mpidwe.evaluate import refcache
+from mpidwe.io import formats
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig
+from mpidwe.io.corpus import D_SENTENCES, D_TOKENS, Corpus
+from mpidwe.core.errors import InputError
+from mpidwe.io import refcache
 from mpidwe.preprocess import run as preprocess
 
 

@@ -16,9 +16,10 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint, store
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, SynthConfig
+from mpidwe.io import checkpoint
+from mpidwe.dist import rows as store
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig, SynthConfig
 from mpidwe.preprocess import run as preprocess
 from mpidwe.synth import write_demo
 

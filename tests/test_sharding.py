@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mpidwe.sharding import even_split, sentence_shard
+from mpidwe.core.sharding import even_split, sentence_shard
 
 
 @pytest.mark.parametrize("total,world", [(0, 1), (10, 3), (7, 7), (5, 8), (1000003, 4)])

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint
-from mpidwe.corpus import Corpus
+from mpidwe.io import checkpoint
+from mpidwe.io.corpus import Corpus
 
 from conftest import ROOT, mpi_env, mpi_flavor, run_py
 from slurm_cluster import slurm_cluster  # noqa: F401  (the fixture)

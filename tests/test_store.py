@@ -9,15 +9,16 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe import checkpoint, store
-from mpidwe.comm import Comm
-from mpidwe.formats import check_seal
+from mpidwe.io import checkpoint
+from mpidwe.dist import rows as store
+from mpidwe.dist.comm import Comm
+from mpidwe.io.formats import check_seal
 from mpidwe.kernels import cpu
 from mpidwe.kernels.plan import plan_block
-from mpidwe.sharded import ShardStore, init_own_rows
-from mpidwe.sync import _apply_rows
+from mpidwe.dist.sharded import ShardStore, init_own_rows
+from mpidwe.dist.sync import _apply_rows
 from mpidwe.train import init_params
-from mpidwe.vocab import keep_probabilities, negative_table
+from mpidwe.core.vocab import keep_probabilities, negative_table
 
 
 @pytest.mark.parametrize("vocab, world", [(1, 1), (10, 3), (17, 4), (1000, 7), (5, 8)])

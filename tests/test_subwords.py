@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpidwe.subwords import build_table, char_ngrams, fnv1a, ngram_buckets
+from mpidwe.core.subwords import build_table, char_ngrams, fnv1a, ngram_buckets
 
 # fastText 0.9.2: get_subwords(w) ids minus nwords, for a model with bucket=2000000
 FASTTEXT = {
@@ -90,7 +90,7 @@ KERNEL_WORDS = [f"{a}{b}" for a in ("pre", "un", "re", "dis") for b in ("form", 
 @pytest.mark.parametrize("model,shared", [("skipgram", False), ("skipgram", True), ("cbow", False)])
 @pytest.mark.parametrize("loss", ["ns", "hs"])
 def test_numba_subwords_match_reference(model, shared, loss):
-    from mpidwe.huffman import build_tree
+    from mpidwe.core.huffman import build_tree
     from mpidwe.kernels import cpu, reference
     from test_kernels import make_state, run, zipf_corpus
 

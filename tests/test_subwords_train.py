@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import mpidwe
-from mpidwe import checkpoint
-from mpidwe.config import TrainConfig
+from mpidwe.io import checkpoint
+from mpidwe.core.config import TrainConfig
 
 from conftest import (clusters, error_lines, make_demo_corpus, misspelt, misspelt_neighbours, run_mpi, run_py,
                       train_small_demo)
@@ -48,7 +48,7 @@ def test_subword_run_learns_the_answer_key_and_stores_its_buckets(demo, trained)
     # vectors.txt holds the words' vectors: the mean of their own and their n-gram rows
     vecs = mpidwe.load(str(out))
     assert vecs.oov is not None and vecs.oov.kind == "subwords" and vecs.vectors.shape == (v, 32)
-    from mpidwe.evaluate.vectors import read_word2vec
+    from mpidwe.io.vectors import read_word2vec
 
     words, text = read_word2vec(str(out / "vectors.txt"))
     assert words == vecs.words
@@ -125,7 +125,7 @@ def test_subword_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks,
 
 
 def test_subwords_refuse_the_torch_kernel_and_bad_ngram_lengths():
-    from mpidwe.errors import ConfigError
+    from mpidwe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="numba kernel only"):
         TrainConfig(subwords=True, kernel="torch")

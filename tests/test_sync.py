@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.errors import ConfigError
-from mpidwe.sync import Synchronizer, _apply_rows, lr_scale, row_divisors
+from mpidwe.dist.comm import Comm
+from mpidwe.core.errors import ConfigError
+from mpidwe.dist.sync import Synchronizer, _apply_rows, lr_scale, row_divisors
 
 from conftest import ROOT, run_mpi
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from mpidwe import synth
-from mpidwe.config import SynthConfig
-from mpidwe.errors import EXIT_USAGE
+from mpidwe.core.config import SynthConfig
+from mpidwe.core.errors import EXIT_USAGE
 
 SMALL = 200_000
 

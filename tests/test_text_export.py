@@ -8,19 +8,19 @@ import sys
 import numpy as np
 import pytest
 
-from mpidwe import text
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, TrainConfig
-from mpidwe.corpus import Corpus
-from mpidwe.evaluate import vectors
-from mpidwe.evaluate.vectors import read_word2vec, write_word2vec
+from mpidwe.io import text
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig, TrainConfig
+from mpidwe.io.corpus import Corpus
+from mpidwe.io import vectors
+from mpidwe.io.vectors import read_word2vec, write_word2vec
 from mpidwe.preprocess import run as preprocess
-from mpidwe.text import ScanStats, TextOptions, describe_source, find_boundaries, scan_rank, tokenize
+from mpidwe.io.text import ScanStats, TextOptions, describe_source, find_boundaries, scan_rank, tokenize
 from mpidwe.train import run as train
 
 UNICODE_WS = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
 MULTIBYTE_WS = [c for c in UNICODE_WS if ord(c) > 127]
-# control bytes other than ASCII whitespace become spaces, as in mpidwe.text
+# control bytes other than ASCII whitespace become spaces, as in mpidwe.io.text
 _CONTROL = bytes(32 if (c < 32 and c not in b"\t\n\r\x0b\x0c") or c == 127 else c for c in range(256))
 
 

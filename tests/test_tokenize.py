@@ -12,11 +12,11 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run
-from mpidwe.text import (Boundary, RankScan, ScanStats, TextOptions, TokenTable, describe_source,
-                         find_boundaries, scan_rank)
+from mpidwe.io.text import (Boundary, RankScan, ScanStats, TextOptions, TokenTable, describe_source,
+    find_boundaries, scan_rank)
 
 PIECES = ["a", "B", "word", "Word", "Ünï", "ΟΔΟΣ", "ΣΑΣ", "東京", "\u212a", "İ", "ß", "ǅ", " ", "  ", "\n", "\n\n",
           "\t", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", "\x00", "\x7f", "\u3000", "\xa0", "\x85", "\u2028",
@@ -112,7 +112,7 @@ def test_token_table_grows_and_finds_every_word():
 
 
 def _pack(words):
-    from mpidwe.text import _pack as pack
+    from mpidwe.io.text import _pack as pack
 
     return pack(words)
 
@@ -157,7 +157,7 @@ def test_the_compiled_engine_writes_the_corpus_of_the_python_engine(tmp_path, ca
 
 
 def test_the_kernel_uses_the_same_doc_line_limit():
-    from mpidwe import text
+    from mpidwe.io import text
     from mpidwe.kernels import tokenize
 
     assert tokenize.DOC_LINE_MAX == text.DOC_LINE_MAX

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig
 from mpidwe.train import run as train
 
 from conftest import ROOT, error_lines, make_demo_corpus, run_mpi
@@ -106,7 +106,7 @@ def test_bad_options_fail_fast_on_every_rank(demo, tmp_path):
 
 
 def test_a_run_dir_holding_a_run_is_not_reused_without_resume_or_force(demo, tmp_path):
-    from mpidwe.errors import InputError
+    from mpidwe.core.errors import InputError
 
     out = tmp_path / "once"
     train(small(demo, out, sync_every=200_000), Comm.serial(), log=None)
@@ -118,8 +118,8 @@ def test_a_run_dir_holding_a_run_is_not_reused_without_resume_or_force(demo, tmp
 
 
 def test_config_file_gives_options_and_flags_override(tmp_path):
-    from mpidwe.config import parse_command
-    from mpidwe.errors import ConfigError
+    from mpidwe.core.config import parse_command
+    from mpidwe.core.errors import ConfigError
 
     toml = tmp_path / "run.toml"
     toml.write_text('dim = 48\nwindow = 3\nsync = "dense"\neval_sim = ["a.tsv", "b.tsv"]\n')
@@ -178,7 +178,7 @@ def test_4_and_8_ranks_keep_the_quality_of_one(demo, tmp_path):
     machine's cores) recover the planted analogies, similarities and clusters as well as one
     process. Summing the ranks' stale changes (the rule before the scaled mean) ended with
     analogy 3% at 4 ranks on the demo corpus."""
-    from mpidwe import checkpoint
+    from mpidwe.io import checkpoint
 
     sim, ana = str(demo / "demo-similarity.tsv"), str(demo / "demo-analogies.txt")
     flags = ["--dim", "32", "--epochs", "2", "--sample", "1e-3", "--threads", "1", "--no-progress",
@@ -214,7 +214,7 @@ def test_a_divergent_setting_stops_every_rank_with_exit_3(demo, tmp_path):
 
 def test_the_guard_keeps_the_last_good_checkpoint(demo, tmp_path):
     """A limit below what round 3 reaches trips the guard after two checkpoints."""
-    from mpidwe import checkpoint
+    from mpidwe.io import checkpoint
     from mpidwe.train import TrainingDiverged
 
     out = tmp_path / "g"

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from mpidwe.comm import Comm
-from mpidwe.config import PreprocessConfig, TrainConfig
-from mpidwe.corpus import Corpus
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import PreprocessConfig, TrainConfig
+from mpidwe.io.corpus import Corpus
 from mpidwe.preprocess import run as preprocess
 from mpidwe.train import ShardStream, count_rounds, init_params, learning_rate, rng_seeds, round_targets
 

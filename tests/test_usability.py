@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpidwe import deathwatch
-from mpidwe.config import TrainConfig, PreprocessConfig, parse_command
-from mpidwe.errors import ConfigError
-from mpidwe.progress import ProgressLog, bar_wanted
+from mpidwe.dist import deathwatch
+from mpidwe.core.config import TrainConfig, PreprocessConfig, parse_command
+from mpidwe.core.errors import ConfigError
+from mpidwe.train.progress import ProgressLog, bar_wanted
 
 from conftest import ROOT, make_demo_corpus, mpi_command, mpi_env, run_mpi, run_py
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .similarity import unit_rows
 from .textfile import utf8_lines
-from .vectors import nonfinite_rows
+from ..io.vectors import nonfinite_rows
 
 SEMANTIC = "semantic"
 SYNTACTIC = "syntactic"

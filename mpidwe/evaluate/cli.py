@@ -16,15 +16,15 @@ import time
 
 import numpy as np
 
-from ..comm import Comm, run_main
-from ..config import parse_command, to_dict
-from ..errors import InputError
+from ..dist.comm import Comm, run_main
+from ..core.config import parse_command, to_dict
+from ..core.errors import InputError
 from .analogy import evaluate_analogies, read_analogies
 from .config import EvaluateConfig
 from .pip import pip_report
 from .similarity import evaluate_similarity, read_similarity
 from .sppmi import ReferenceSpec, reference_embedding
-from .vectors import load_vectors, nonfinite_rows
+from ..io.vectors import load_vectors, nonfinite_rows
 
 PROG = "python -m mpidwe.evaluate"
 MISSING_SHOWN = 10

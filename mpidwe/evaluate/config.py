@@ -1,12 +1,12 @@
-"""``python -m mpidwe.evaluate`` options: a frozen dataclass in the style of mpidwe.config."""
+"""``python -m mpidwe.evaluate`` options: a frozen dataclass in the style of mpidwe.core.config."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from ..config import opt
-from ..errors import ConfigError
+from ..core.config import opt
+from ..core.errors import ConfigError
 
 
 @dataclass(frozen=True)

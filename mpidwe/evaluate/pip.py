@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..sharding import even_split
+from ..core.sharding import even_split
 
 Reduce = Callable[[np.ndarray], np.ndarray]
 

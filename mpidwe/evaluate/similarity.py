@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .textfile import utf8_lines
-from .vectors import nonfinite_rows
+from ..io.vectors import nonfinite_rows
 
 
 def read_similarity(path: str) -> list[tuple[str, str, float]]:

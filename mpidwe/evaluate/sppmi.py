@@ -28,10 +28,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 
-from ..comm import Comm
-from ..corpus import Corpus
-from ..errors import ConfigError
-from . import refcache
+from ..dist.comm import Comm
+from ..io.corpus import Corpus
+from ..core.errors import ConfigError
+from ..io import refcache
 
 GATHER_ENTRIES = 1 << 22   # non-zeros sent to rank 0 per gather round (64 MiB of COO)
 SVD_SEED = 0

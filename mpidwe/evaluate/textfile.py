@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 def _first_bad_utf8(path: str) -> tuple[int, int, int] | None:

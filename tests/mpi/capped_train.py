@@ -15,8 +15,9 @@ import sys
 import h5py  # noqa: F401  (imported before the baseline is taken, as training imports it)
 import numba  # noqa: F401
 
-from mpidwe import sharded, train  # noqa: F401
-from mpidwe.comm import Comm, run_main
+from mpidwe.dist import sharded
+from mpidwe import train  # noqa: F401
+from mpidwe.dist.comm import Comm, run_main
 
 
 def vm_data() -> int:

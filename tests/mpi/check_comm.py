@@ -1,12 +1,12 @@
-"""Run under mpiexec -n P: collectives of mpidwe.comm against MPI's own."""
+"""Run under mpiexec -n P: collectives of mpidwe.dist.comm against MPI's own."""
 
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
-from mpidwe.comm import Comm, ring_plan
-from mpidwe.errors import EXIT_DIVERGED, ConfigError, InputError, MpidweError
+from mpidwe.dist.comm import Comm, ring_plan
+from mpidwe.core.errors import EXIT_DIVERGED, ConfigError, InputError, MpidweError
 
 comm = Comm.world()
 assert comm.size == MPI.COMM_WORLD.Get_size() > 1, "run me under mpiexec -n >= 2"

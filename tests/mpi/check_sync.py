@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from mpidwe.comm import Comm
-from mpidwe.sync import Synchronizer
+from mpidwe.dist.comm import Comm
+from mpidwe.dist.sync import Synchronizer
 
 comm = Comm.world()
 P, r = comm.size, comm.rank

@@ -5,8 +5,8 @@ usage: check_train.py CORPUS OUT SYNC [extra train flags...]; prints 'params <sh
 import hashlib
 import sys
 
-from mpidwe.comm import Comm
-from mpidwe.config import TrainConfig, parse_command
+from mpidwe.dist.comm import Comm
+from mpidwe.core.config import TrainConfig, parse_command
 from mpidwe.train import run
 
 corpus, out, sync, *extra = sys.argv[1:]

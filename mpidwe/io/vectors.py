@@ -27,8 +27,8 @@ import re
 
 import numpy as np
 
-from ..errors import InputError
-from ..fsutil import atomic_write
+from ..core.errors import InputError
+from .fsutil import atomic_write
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 MAX_HEADER = 256
@@ -265,7 +265,7 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
     import os
 
     if os.path.isdir(path):
-        from ..checkpoint import latest_valid
+        from .checkpoint import latest_valid
 
         ck = latest_valid(os.path.join(path, "checkpoints"))
         if ck is None:
@@ -277,7 +277,7 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
     except OSError as e:
         raise InputError(f"cannot read vectors file {path}: {e.strerror}") from None
     if first.startswith(HDF5_MAGIC):
-        from ..checkpoint import load
+        from .checkpoint import load
 
         ck = load(path)  # refuses a corpus or any other HDF5 file with a clear message
         return _usable(path, ck.words, ck.w_in)

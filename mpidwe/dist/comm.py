@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import EXIT_FAILURE, MpidweError
+from ..core.errors import EXIT_FAILURE, MpidweError
 
 
 @dataclass

@@ -23,10 +23,10 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-from .errors import InputError
+from ..core.errors import InputError
 from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unreadable
 from .fsutil import fsync_path
-from .sharding import sentence_shard
+from ..core.sharding import sentence_shard
 
 FORMAT = "mpidwe-corpus"
 FORMAT_VERSION = 2              # 2: segments (a corpus can grow); version 1 files still read

@@ -38,14 +38,14 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import __version__
-from . import corpus as corpus_io
-from .comm import Comm, run_main
-from .config import PreprocessConfig, parse_command, to_json
-from .errors import InputError
-from .fsutil import DirLock, fsync_dir, reason
-from .text import (RankScan, ScanStats, TextOptions, TokenTable, close_or_fail, describe_source,
-                   find_boundaries, scan_rank, write_or_fail)
+from ..version import __version__
+from ..io import corpus as corpus_io
+from ..dist.comm import Comm, run_main
+from ..core.config import PreprocessConfig, parse_command, to_json
+from ..core.errors import InputError
+from ..io.fsutil import DirLock, fsync_dir, reason
+from ..io.text import (RankScan, ScanStats, TextOptions, TokenTable, close_or_fail, describe_source,
+    find_boundaries, scan_rank, write_or_fail)
 
 PROG = "python -m mpidwe.preprocess"
 FLUSH_TOKENS = 1 << 20
@@ -215,7 +215,7 @@ def final_ids_compiled(spool: IdSpool, remap: np.ndarray, line_ends: np.ndarray)
     final id (-1: dropped). One read of the spool finds the kept count and the line starts
     (kept indices); the final ids are remapped again as they are written (a few ms per
     million tokens, and nothing held in memory)."""
-    from .kernels.tokenize import remap_and_count_lines
+    from ..kernels.tokenize import remap_and_count_lines
 
     base = kept = j = found = 0
     lines = np.empty(len(line_ends), dtype=np.int64)     # every chunk fills the next of its slots
@@ -833,7 +833,7 @@ def _warm_up_in_background() -> None:
 
     def run():
         try:
-            from .kernels.tokenize import warm_up
+            from ..kernels.tokenize import warm_up
 
             warm_up()
         except Exception:  # noqa: BLE001 - reported by the first real call
@@ -864,7 +864,3 @@ def main(argv=None, *, as_command: bool = False) -> int:
         sys.stderr.flush()
         os._exit(rc)
     return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main(as_command=True))

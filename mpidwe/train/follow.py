@@ -28,12 +28,12 @@ import json
 import os
 import time
 
-from . import preprocess
-from .comm import Comm
-from .config import PreprocessConfig, TrainConfig
-from .corpus import Corpus
-from .errors import EXIT_REQUEUE, InputError
-from .fsutil import DirLock, atomic_write
+from .. import preprocess
+from ..dist.comm import Comm
+from ..core.config import PreprocessConfig, TrainConfig
+from ..io.corpus import Corpus
+from ..core.errors import EXIT_REQUEUE, InputError
+from ..io.fsutil import DirLock, atomic_write
 
 FORMAT = "mpidwe-follow"
 FORMAT_VERSION = 1
@@ -115,7 +115,7 @@ class Follower:
     """The watch loop (see the module docstring); ``run`` returns the exit code."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, stop, log):
-        from .train import PROG
+        from . import PROG
 
         self.cfg, self.comm, self.stop, self.log, self.prog = cfg, comm, stop, log, PROG
         self.state: FollowState | None = None
@@ -272,7 +272,7 @@ class Follower:
             return c.corpus_id
 
     def train_step(self, step: dict):
-        from . import train
+        from .. import train
 
         cfg = self.cfg
         k = step["step"]

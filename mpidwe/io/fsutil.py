@@ -85,7 +85,7 @@ class DirLock:
         import json
         import threading
 
-        from .errors import InputError
+        from ..core.errors import InputError
 
         for _ in range(2):
             try:

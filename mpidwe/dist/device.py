@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from .kernels import torch_kernel
+from ..kernels import torch_kernel
 
 
 class DeviceParams:
@@ -45,7 +45,7 @@ class DeviceParams:
         self.host_current = False
         w_in, w_out = self.params
         if kw.get("hs") is not None:      # hierarchical softmax has its own torch module
-            from .kernels.torch_hs import train_block as train_hs
+            from ..kernels.torch_hs import train_block as train_hs
 
             # its batches count examples, not windows, and keep that module's own size
             kw.pop("batch_size", None)

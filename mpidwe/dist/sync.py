@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from .comm import Comm
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 MODES = ("dense", "sparse", "average")
 
@@ -186,7 +186,7 @@ class Synchronizer:
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
         # per parameter, the rows the last sync changed (some rank touched them): what a
-        # caller holding a copy of the parameters elsewhere (mpidwe.device) must refresh
+        # caller holding a copy of the parameters elsewhere (mpidwe.dist.device) must refresh
         self.changed_rows: list[np.ndarray] = []
 
     def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> float:

@@ -37,17 +37,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import checkpoint
+from ..io import checkpoint
 from .comm import Comm
-from .config import TrainConfig
-from .corpus import Corpus
-from .errors import ConfigError, InputError
-from .fsutil import reason
-from .kernels import cpu
-from .kernels.plan import plan_block
-from .store import (WorkingSet, apply_pushed, group_by_owner, owned_count, owned_in_range, working_set)
+from ..core.config import TrainConfig
+from ..io.corpus import Corpus
+from ..core.errors import ConfigError, InputError
+from ..io.fsutil import reason
+from ..kernels import cpu
+from ..kernels.plan import plan_block
+from .rows import WorkingSet, apply_pushed, group_by_owner, owned_count, owned_in_range, working_set
 from .sync import SyncStats
-from .train import Evaluator, Plan, Trainer, find_checkpoint, rng_seeds
+from ..train import Evaluator, Plan, Trainer, find_checkpoint, rng_seeds
 
 PIECE_ROWS = 8192           # rows per piece of the initialisation stream (bounds its temporaries)
 EXPORT_ROWS = 1024          # rows per piece of the text export: its text is ~4x the rows' bytes, held ~4 times
@@ -464,7 +464,7 @@ class ShardedTrainer(Trainer):
 
     def export_vectors(self, ckpt_path: str | None) -> None:
         """vectors.txt from rows streamed to rank 0 in pieces; every rank learns of a failure."""
-        from .evaluate.vectors import write_word2vec_blocks
+        from ..io.vectors import write_word2vec_blocks
 
         vectors = os.path.join(self.cfg.out, "vectors.txt")
         blocks = self.store.row_blocks(0, EXPORT_ROWS)

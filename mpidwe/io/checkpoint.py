@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from . import __version__
-from .errors import InputError
+from ..version import __version__
+from ..core.errors import InputError
 from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unreadable
 from .fsutil import atomic_path, reason
 

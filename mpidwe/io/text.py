@@ -37,7 +37,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from .errors import InputError
+from ..core.errors import InputError
 from .fsutil import reason
 
 WHITESPACE = b" \t\n\r\x0b\x0c"   # ASCII whitespace bytes
@@ -438,7 +438,7 @@ class TokenTable:
     def grow(self, token_bytes: int) -> None:
         """Room for at least one more type of ``token_bytes`` bytes (called when a kernel
         returned NEED_ROOM: the types, the slots or the arena were full)."""
-        from .kernels.tokenize import rehash
+        from ..kernels.tokenize import rehash
 
         n, used = len(self), int(self.meta[1])
         if n + 1 > len(self.hashes):
@@ -458,7 +458,7 @@ class TokenTable:
 
     def add_all(self, arena, starts, lens) -> np.ndarray:
         """Add another table's tokens; their ids here (int32)."""
-        from .kernels.tokenize import intern_all
+        from ..kernels.tokenize import intern_all
 
         out = np.empty(len(lens), dtype=np.int32)
         tok = self.tok_buffer(int(lens.max()) if len(lens) else 1)
@@ -472,7 +472,7 @@ class TokenTable:
 
     def lookup_all(self, arena, starts, lens) -> np.ndarray:
         """The ids here of another table's tokens, -1 where absent (int32)."""
-        from .kernels.tokenize import lookup_all
+        from ..kernels.tokenize import lookup_all
 
         out = np.empty(len(lens), dtype=np.int32)
         lookup_all(arena, starts, lens, self.slots, self.starts, self.lens, self.arena, out)
@@ -499,7 +499,7 @@ _SPACES = None
 def _space_table() -> np.ndarray:
     global _SPACES
     if _SPACES is None:
-        from .kernels.tokenize import space_table
+        from ..kernels.tokenize import space_table
 
         _SPACES = space_table()
     return _SPACES
@@ -581,7 +581,7 @@ class RankScan:
         return pos
 
     def _block(self, data: bytes, line_start: bool, at_eof: bool) -> bool:
-        from .kernels.tokenize import OK, scan_block
+        from ..kernels.tokenize import OK, scan_block
 
         if not data:
             return line_start

@@ -2,7 +2,7 @@
 
 Every rank streams its shard of the corpus block by block (read ahead in a background
 thread), trains SGNS or CBOW on its own copy of the parameters for ``--sync-every`` words,
-then all ranks combine their changes (mpidwe.sync). The number of sync rounds is fixed
+then all ranks combine their changes (mpidwe.dist.sync). The number of sync rounds is fixed
 before training from the largest shard, so every rank makes the same collectives in the
 same order; each rank spreads its own shard evenly over those rounds.
 """
@@ -22,22 +22,23 @@ from typing import Iterator
 
 import numpy as np
 
-from . import __version__
-from .comm import Comm, run_main
-from .config import MAX_LOCAL_LR_NS, TrainConfig, parse_command, to_dict
-from . import checkpoint, deathwatch
-from .corpus import Corpus, Shard, prefetch
-from .evaluate.vectors import write_word2vec
-from .kernels.common import learning_rate as kernel_learning_rate
-from .fsutil import DirLock, atomic_write, reason, remove_leftovers
-from .errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
-from .balance import EpochStream, SpeedWeights, split_points
-from .guard import DivergenceGuard
-from .huffman import build_tree
-from .subwords import build_table
+from ..version import __version__
+from ..dist.comm import Comm, run_main
+from ..core.config import MAX_LOCAL_LR_NS, TrainConfig, parse_command, to_dict
+from ..io import checkpoint
+from ..dist import deathwatch
+from ..io.corpus import Corpus, Shard, prefetch
+from ..io.vectors import write_word2vec
+from ..kernels.common import learning_rate as kernel_learning_rate
+from ..io.fsutil import DirLock, atomic_write, reason, remove_leftovers
+from ..core.errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
+from ..core.balance import EpochStream, SpeedWeights, split_points
+from ..core.guard import DivergenceGuard
+from ..core.huffman import build_tree
+from ..core.subwords import build_table
 from .progress import ProgressLog, bar_wanted, setup_cli_logging
-from .sync import Synchronizer, lr_scale
-from .vocab import keep_probabilities, negative_table
+from ..dist.sync import Synchronizer, lr_scale
+from ..core.vocab import keep_probabilities, negative_table
 
 PROG = "python -m mpidwe.train"
 DEMO_DIR = "demo"
@@ -134,7 +135,7 @@ def resolve_device(cfg: TrainConfig, comm: Comm) -> str:
 
 class Backend:
     """Where the update kernel runs. ``numba`` trains the host arrays in place; ``torch``
-    trains parameters that stay on the device for the whole run (mpidwe.device): only the
+    trains parameters that stay on the device for the whole run (mpidwe.dist.device): only the
     rows a sync needs travel, and ``to_host`` copies them down for a checkpoint, an
     evaluation or the export."""
 
@@ -143,12 +144,12 @@ class Backend:
         self.kind, self.device = kind, device
         self.host = (w_in, w_out, *touched)
         if kind == "numba":
-            from .kernels import cpu
+            from ..kernels import cpu
 
             self._train = cpu.train_block
             self.resident = None
         else:
-            from .device import DeviceParams
+            from ..dist.device import DeviceParams
 
             self.resident = DeviceParams(device, w_in, w_out)
             self.batch = {} if batch_size is None else {"batch_size": batch_size}
@@ -252,8 +253,8 @@ class MetricsLog:
 # ------------------------------------------------------------------ the run
 def ensure_demo_corpus(comm: Comm, directory: str = DEMO_DIR) -> str:
     """The embedded default: demo/corpus.h5, generated and preprocessed if missing."""
-    from . import preprocess, synth
-    from .config import PreprocessConfig, SynthConfig
+    from .. import preprocess, synth
+    from ..core.config import PreprocessConfig, SynthConfig
 
     path = os.path.join(directory, "corpus.h5")
     exists = comm.bcast(os.path.exists(path) if comm.is_root else None)
@@ -549,7 +550,7 @@ class Plan:
     rounds: int
     targets: np.ndarray        # this rank's cumulative local words at the end of each round
     words_total: int           # global words of the whole run
-    scale: int                 # every rank trains at scale x lr (mpidwe.sync)
+    scale: int                 # every rank trains at scale x lr (mpidwe.dist.sync)
     resolved: dict             # the configuration as run: config.json and every checkpoint
 
 
@@ -767,7 +768,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
     store = None
     if cfg.store == "sharded":       # rows spread over the ranks: mpidwe/sharded.py
-        from . import sharded as store
+        from ..dist import sharded as store
     try:
         state, record = (store.load_state if store else load_state)(cfg, plan, comm, corpus, log)
         history = None if state is None else state.history
@@ -837,7 +838,7 @@ class Trainer:
 
     def setup_params(self, v: int) -> None:
         """The replicated store: full matrices on every rank, combined by ``self.syncer``
-        (mpidwe.sharded.ShardedTrainer overrides this and the other store-specific steps)."""
+        (mpidwe.dist.sharded.ShardedTrainer overrides this and the other store-specific steps)."""
         state, plan = self.state, self.plan
         # --subwords: the input matrix has a row per n-gram bucket after the words
         self.touched = [np.zeros(len(state.w_in), dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
@@ -868,7 +869,7 @@ class Trainer:
         """Computed once by all ranks (cached beside the corpus), before training."""
         if not self.cfg.eval_pip:
             return None
-        from .evaluate.sppmi import ReferenceSpec, reference_embedding
+        from ..evaluate.sppmi import ReferenceSpec, reference_embedding
 
         c = self.cfg
         spec = ReferenceSpec(window=c.window, negatives=c.negative, dim=c.dim,
@@ -1117,7 +1118,7 @@ class Evaluator:
     """Rank 0's evaluation during training; returns a flat dict of headline numbers."""
 
     def __init__(self, cfg: TrainConfig, words: list[str], reference=None):
-        from .evaluate import read_analogies, read_similarity
+        from ..evaluate import read_analogies, read_similarity
 
         self.cfg, self.reference = cfg, reference
         self.index = {w: i for i, w in enumerate(words)}
@@ -1125,7 +1126,7 @@ class Evaluator:
         self.ana = [(p, read_analogies(p)) for p in cfg.eval_analogy]
 
     def __call__(self, vectors: np.ndarray) -> dict:
-        from .evaluate import evaluate_analogies, evaluate_similarity
+        from ..evaluate import evaluate_analogies, evaluate_similarity
 
         out = {}
         for path, pairs in self.sim:
@@ -1135,7 +1136,7 @@ class Evaluator:
             r = evaluate_analogies(vectors, self.index, sections, restrict_vocab=self.cfg.eval_restrict_vocab)
             out[f"analogy:{os.path.basename(path)}"] = r["accuracy"]
         if self.reference is not None:
-            from .evaluate.pip import pip_report
+            from ..evaluate.pip import pip_report
 
             # the reference rows are the corpus's most frequent words, in vocabulary order
             n = len(self.reference.words)
@@ -1145,7 +1146,7 @@ class Evaluator:
 
 
 def _progress_bar(cfg: TrainConfig, total: int, initial: int = 0):
-    if not bar_wanted(cfg.progress):     # batch logs get plain lines instead (mpidwe.progress)
+    if not bar_wanted(cfg.progress):     # batch logs get plain lines instead (mpidwe.train.progress)
         return None
     from tqdm import tqdm
 
@@ -1178,12 +1179,9 @@ class _CallableModule(types.ModuleType):
     subclass: Python's reference, "Customizing module attribute access")."""
 
     def __call__(self, **options):
-        from .api import fit
+        from ..api import fit
 
         return fit(**options)
 
 
 sys.modules[__name__].__class__ = _CallableModule
-
-if __name__ == "__main__":
-    sys.exit(main())

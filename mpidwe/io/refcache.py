@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from .. import __version__
-from ..errors import InputError
-from ..formats import SEAL_SIZE, check_seal, seal
-from ..fsutil import atomic_path
+from ..version import __version__
+from ..core.errors import InputError
+from .formats import SEAL_SIZE, check_seal, seal
+from .fsutil import atomic_path
 
 FORMAT = "mpidwe-sppmi-cache"
 FORMAT_VERSION = 1

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-from . import __version__
-from .errors import InputError
+from ..version import __version__
+from ..core.errors import InputError
 
 
 def _text(value) -> str:

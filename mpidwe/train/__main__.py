@@ -1,0 +1,7 @@
+"""``python -m mpidwe.train``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
