@@ -17,6 +17,7 @@ Imports torch; only train.py's ``Backend`` uses it, and only for ``--kernel torc
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -41,19 +42,15 @@ class DeviceParams:
             self._tables = (keep, table, torch_kernel.DeviceTables(keep, table, self.device))
         return self._tables[2]
 
-    def train(self, tokens, starts, keep, table, rng_state, **kw):
+    def train(self, tokens, starts, rng_state, args):
         self.host_current = False
         w_in, w_out = self.params
-        if kw.get("hs") is not None:      # hierarchical softmax has its own torch module
+        if args.hs is not None:      # hierarchical softmax has its own torch module
             from ..kernels.torch_hs import train_block as train_hs
 
-            # its batches count examples, not windows, and keep that module's own size
-            kw.pop("batch_size", None)
-            return train_hs(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=self.touched[0],
-                            touched_out=self.touched[1], **kw)
-        return torch_kernel.train_block(w_in, w_out, tokens, starts, keep, table, rng_state,
-                                        touched_in=self.touched[0], touched_out=self.touched[1],
-                                        tables=self.tables(keep, table), **kw)
+            return train_hs(w_in, w_out, tokens, starts, rng_state, *self.touched, args)
+        args = dataclasses.replace(args, tables=self.tables(args.keep_prob, args.neg_table))
+        return torch_kernel.train_block(w_in, w_out, tokens, starts, rng_state, *self.touched, args)
 
     def to_host(self) -> None:
         """Copy the parameters into the host arrays (before a checkpoint, evaluation, export)."""

@@ -328,18 +328,13 @@ class ShardedTrainer(Trainer):
     def params_to_host(self) -> None:
         """Nothing to copy: the owned rows are host arrays."""
 
-    def kernel_args(self) -> dict:
-        cfg = self.cfg
-        return dict(model=cfg.model, window=cfg.window, negative=cfg.negative, threads=self.plan.threads,
-                    shared_negatives=self.shared_negatives)
-
     def fetch(self, pieces: list, scale: float, position: int, rng: np.ndarray, slots: np.ndarray, comm: Comm,
               stats: SyncStats) -> Fetched:
         """Plan the round (from RNG states ``rng``, left untouched) and pull its rows."""
         t = time.perf_counter()
         planned = rng.copy()
         for tokens, starts in pieces:
-            plan_block(tokens, starts, self.keep, self.table, planned, *self._marks, **self.kernel_args())
+            plan_block(tokens, starts, planned, *self._marks, self.kernel_args)
         ws = working_set(*self._marks, slots)
         plan_s = time.perf_counter() - t
         ws_in, ws_out, requests = self.store.pull(ws, comm, stats, patient=comm is self.prefetch_comm)
@@ -369,11 +364,9 @@ class ShardedTrainer(Trainer):
         t = time.perf_counter()
         words, loss, examples = 0, 0.0, 0.0
         for tokens, starts in f.pieces:
-            l, n_ex, n_words = cpu.train_block(
-                ws_in, ws_out, ws.slots[tokens], starts, keep, self.table, self.rng, lr0=self.local_lr,
-                lr_min=self.local_lr * cfg.min_lr_ratio, words_done=p.words_done + scale * words,
-                words_scale=scale, words_total=self.plan.words_total, touched_in=touched[0],
-                touched_out=touched[1], neg_slots=ws.slots, **self.kernel_args())
+            args = self.kernel_args.on_slots(keep, ws.slots).at(p.words_done + scale * words, scale)
+            l, n_ex, n_words = cpu.train_block(ws_in, ws_out, ws.slots[tokens], starts, self.rng, touched[0],
+                                               touched[1], args)
             words += n_words
             self.local_words += n_words
             loss += l

@@ -58,7 +58,7 @@ Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_
   it (Intel pWord2Vec). Faster; a different random stream than the default.
 
 * ``hs``: None for negative sampling, or the Huffman tree ``(codes, points, lengths)`` of
-  ``mpidwe.huffman.build_tree(counts).tables()`` for hierarchical softmax (word2vec's
+  ``mpidwe.core.huffman.build_tree(counts).tables()`` for hierarchical softmax (word2vec's
   ``-hs 1 -negative 0``): the centre's path from the root replaces the positive and noise
   words (``negative`` is ignored, nothing is drawn), inner node ``n`` is ``w_out[n]``, and
   a node scored beyond +-6 is skipped as word2vec.c and gensim do. ``shared_negatives``
@@ -67,7 +67,7 @@ Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_
   ``kernels/torch_hs.py``.
 
 * ``subwords``: None, or fastText's input layer ``(ptr, ids)`` from
-  ``mpidwe.subwords.build_table(words, minn, maxn, buckets)``: word w's input is the mean
+  ``mpidwe.core.subwords.build_table(words, minn, maxn, buckets)``: word w's input is the mean
   of rows ``ids[ptr[w]:ptr[w+1]]`` of ``w_in`` (its own row, then its n-gram buckets, so
   ``w_in`` has V + buckets rows and ``touched_in`` as many), and every one of those rows
   receives the whole change of that mean. The random draws do not change. numba and

@@ -63,17 +63,23 @@ def split_sentences(sent_starts: np.ndarray, n_tokens: int, threads: int) -> np.
     return bounds
 
 
-def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
-                touched_in, touched_out, *, model, window, negative, words_total, threads,
-                shared_negatives=False, is_numpy=True, subwords=None, neg_slots=None) -> None:
+def check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args) -> None:
     """Refuse arguments that would make a lock-free kernel write out of bounds or silently
-    train on copies; cheap next to training (one pass over the block's ids).
+    train on copies; cheap next to training (one pass over the block's ids). Numpy
+    parameters get their dtypes and layout checked too (the torch kernels take tensors).
 
-    With ``neg_slots`` (the sharded store's working set, mpidwe/store.py) the matrices hold
-    only the block's rows: ``w_in`` the block's token rows (slots [0, T)), ``w_out`` those
+    With ``args.neg_slots`` (the sharded store's working set, mpidwe/dist/rows.py) the matrices
+    hold only the block's rows: ``w_in`` the block's token rows (slots [0, T)), ``w_out`` those
     and then the rows only negatives reach (slots [T, W)); ``tokens`` are slots,
     ``keep_prob`` and ``touched_in`` have T entries, ``touched_out`` W, and ``neg_table``
     stays the global [V, 2] table whose draws ``neg_slots`` (int32 [V]) maps to slots."""
+    model, window, negative, threads = args.model, args.window, args.negative, args.threads
+    shared_negatives, words_total, subwords, neg_slots = (args.shared_negatives, args.words_total, args.subwords,
+                                                          args.neg_slots)
+    keep_prob, neg_table = args.keep_prob, args.neg_table
+    is_numpy = isinstance(w_in, np.ndarray)
+    if args.hs is not None:
+        negative = 0
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     if shared_negatives and model != "skipgram":
@@ -127,7 +133,7 @@ def check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_stat
 
 def check_subwords(subwords, vocab: int, rows_in: int) -> tuple[np.ndarray, np.ndarray]:
     """The kernels' ``subwords`` argument, (ptr int64 [V + 1], ids int32) from
-    mpidwe.subwords.build_table: word w's input rows are ids[ptr[w]:ptr[w + 1]]."""
+    mpidwe.core.subwords.build_table: word w's input rows are ids[ptr[w]:ptr[w + 1]]."""
     ptr, ids = subwords
     if not (isinstance(ptr, np.ndarray) and ptr.dtype == np.int64 and isinstance(ids, np.ndarray)
             and ids.dtype == np.int32 and ptr.ndim == ids.ndim == 1):
@@ -142,7 +148,7 @@ def check_subwords(subwords, vocab: int, rows_in: int) -> tuple[np.ndarray, np.n
 
 def check_hs(hs, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The kernels' ``hs`` argument, (codes uint8 [V, L], points int32 [V, L], lengths int32
-    [V]) from mpidwe.huffman, checked so that no path can index outside the output matrix."""
+    [V]) from mpidwe.core.huffman, checked so that no path can index outside the output matrix."""
     codes, points, lengths = hs
     for name, arr, dtype, ndim in (("codes", codes, np.uint8, 2), ("points", points, np.int32, 2),
                                    ("lengths", lengths, np.int32, 1)):

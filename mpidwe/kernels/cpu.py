@@ -27,8 +27,8 @@ from numba import literally, njit, typeof, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP,
-                     SIGMOID_BIN_SCALE, check_block, check_hs, sigmoid_tables, split_sentences)
+from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP, SIGMOID_BIN_SCALE, check_block,
+    check_hs, sigmoid_tables, split_sentences)
 
 SIGMOID, LOSS = sigmoid_tables()
 
@@ -652,16 +652,14 @@ def _train_chunk_sub(mode, dim, w_in, w_out, tokens, sent_starts, s_lo, s_hi, ke
 
 
 # ------------------------------------------------------------------ the public entry point
-def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
-                model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
-                words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, hs=None, subwords=None, neg_slots=None):
+def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
     See kernels/__init__.py for the arguments and the determinism contract."""
-    check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
-                touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=threads, shared_negatives=shared_negatives,
-                subwords=subwords, neg_slots=neg_slots)
+    check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
+    a = args
+    keep_prob, neg_table, threads, hs, subwords, neg_slots = a.keep_prob, a.neg_table, a.threads, a.hs, a.subwords, a.neg_slots
+    model, window, negative, shared_negatives = a.model, a.window, a.negative, a.shared_negatives
+    lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
     n_tokens = len(tokens)
     if n_tokens == 0:
         return 0.0, 0, 0

@@ -24,8 +24,7 @@ import numpy as np
 from numba import njit
 
 from .common import split_sentences
-from .cpu import (CBOW, SKIPGRAM, SKIPGRAM_SHARED, _below, _draw_negative, _lcg, _longest_sentence,
-                  _subsample)
+from .cpu import CBOW, SKIPGRAM, SKIPGRAM_SHARED, _below, _draw_negative, _lcg, _longest_sentence, _subsample
 
 
 @njit(nogil=True, cache=True)
@@ -67,12 +66,14 @@ def mode_of(model: str, shared_negatives: bool) -> int:
     return CBOW if model == "cbow" else (SKIPGRAM_SHARED if shared_negatives else SKIPGRAM)
 
 
-def plan_block(tokens: np.ndarray, sent_starts: np.ndarray, keep_prob: np.ndarray, neg_table: np.ndarray,
-               rng_state: np.ndarray, mark_in: np.ndarray, mark_out: np.ndarray, *, model: str = "skipgram",
-               window: int = 5, negative: int = 5, threads: int = 1, shared_negatives: bool = False) -> None:
+def plan_block(tokens: np.ndarray, sent_starts: np.ndarray, rng_state: np.ndarray, mark_in: np.ndarray,
+               mark_out: np.ndarray, args) -> None:
     """Mark the rows ``cpu.train_block`` with the same arguments would touch (global ids:
     ``mark_in`` the tokens, ``mark_out`` the noise words) and advance ``rng_state`` exactly
-    as training would."""
+    as training would. ``args``: a KernelArgs with the global keep_prob and neg_table."""
+    model, window, negative, threads, shared_negatives = (args.model, args.window, args.negative, args.threads,
+                                                           args.shared_negatives)
+    keep_prob, neg_table = args.keep_prob, args.neg_table
     if len(tokens) == 0:
         return
     mode = mode_of(model, shared_negatives)

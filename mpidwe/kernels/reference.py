@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP,
-                     SIGMOID_BIN_SCALE, check_block, check_hs, learning_rate, sigmoid_tables)
+from .common import (LCG_INCREMENT, LCG_MULTIPLIER, LR_REFRESH_WORDS, MAX_EXP, SIGMOID_BIN_SCALE, check_block,
+    check_hs, learning_rate, sigmoid_tables)
 
 SIGMOID, LOSS = sigmoid_tables()
 MASK64 = (1 << 64) - 1
@@ -178,15 +178,13 @@ def cbow_center_hs(w_in, w_out, contexts, path, lr) -> float:
     return loss
 
 
-def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
-                model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
-                words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, hs=None, subwords=None):
+def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args):
     """Same arguments and results as kernels.cpu.train_block; one thread only."""
-    check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
-                touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=threads, shared_negatives=shared_negatives,
-                subwords=subwords)
+    check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
+    a = args
+    keep_prob, neg_table, threads, hs, subwords = a.keep_prob, a.neg_table, a.threads, a.hs, a.subwords
+    model, window, negative, shared_negatives = a.model, a.window, a.negative, a.shared_negatives
+    lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
     if subwords is not None:
         return _train_subwords(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
                                model=model, window=window, negative=negative, lr0=lr0, lr_min=lr_min,

@@ -21,19 +21,20 @@ import torch.nn.functional as F
 from .common import MAX_EXP, check_block, check_hs, learning_rate
 
 SEED_MASK = (1 << 63) - 1
+BATCH_SIZE = 4096            # examples per batch
 
 
-def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
-                model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
-                words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, hs=None, batch_size=4096):
+def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args):
     """Train one block in place with hierarchical softmax; returns (loss_sum, n_examples,
-    words_processed). ``negative``, ``neg_table`` and ``shared_negatives`` are not used."""
-    if hs is None:
+    words_processed). ``args.negative``, ``neg_table`` and ``shared_negatives`` are not used;
+    ``args.batch_size`` counts examples (None: BATCH_SIZE)."""
+    if args.hs is None:
         raise ValueError("kernels.torch_hs trains hierarchical softmax: give hs=(codes, points, lengths)")
-    check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
-                touched_in, touched_out, model=model, window=window, negative=0,
-                words_total=words_total, threads=1, is_numpy=False)
+    check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
+    a = args
+    hs, keep_prob, model, window = a.hs, a.keep_prob, a.model, a.window
+    batch_size = BATCH_SIZE if a.batch_size is None else a.batch_size
+    lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
     codes, points, lengths = check_hs(hs, w_in.shape[0])
     w_in, w_out = _tensor(w_in), _tensor(w_out)
     touched_in, touched_out = _tensor(touched_in), _tensor(touched_out)

@@ -100,18 +100,17 @@ class Layout:
     batch_rows: int            # rows per batch
 
 
-def train_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *,
-                model="skipgram", window=5, negative=5, lr0=0.025, lr_min=0.0001,
-                words_done=0, words_scale=1.0, words_total, touched_in, touched_out,
-                threads=1, shared_negatives=False, batch_size=BATCH_SIZE,
-                duplicate_steps=DUPLICATE_STEPS, tables: DeviceTables | None = None):
+def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
-    ``batch_size``: centre words per batch; ``duplicate_steps``: None (adaptive), a fixed
-    cap, or ``float('inf')`` (duplicate updates summed unscaled): see the module docstring."""
-    check_block(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
-                touched_in, touched_out, model=model, window=window, negative=negative,
-                words_total=words_total, threads=1, shared_negatives=shared_negatives,
-                is_numpy=False)
+    ``args.batch_size``: centre words per batch (None: BATCH_SIZE); ``args.duplicate_steps``:
+    None (adaptive), a fixed cap, or ``float('inf')`` (duplicate updates summed unscaled):
+    see the module docstring. ``args.tables``: keep_prob and neg_table on the device."""
+    check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
+    a = args
+    keep_prob, neg_table, tables, duplicate_steps = a.keep_prob, a.neg_table, a.tables, a.duplicate_steps
+    batch_size = BATCH_SIZE if a.batch_size is None else a.batch_size
+    model, window, negative, shared_negatives = a.model, a.window, a.negative, a.shared_negatives
+    lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n_tokens = len(tokens)

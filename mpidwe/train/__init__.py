@@ -29,6 +29,7 @@ from ..io import checkpoint
 from ..dist import deathwatch
 from ..io.corpus import Corpus, Shard, prefetch
 from ..io.vectors import write_word2vec
+from ..kernels.args import KernelArgs
 from ..kernels.common import learning_rate as kernel_learning_rate
 from ..io.fsutil import DirLock, atomic_write, reason, remove_leftovers
 from ..core.errors import EXIT_DIVERGED, EXIT_REQUEUE, ConfigError, InputError, MpidweError
@@ -139,8 +140,7 @@ class Backend:
     rows a sync needs travel, and ``to_host`` copies them down for a checkpoint, an
     evaluation or the export."""
 
-    def __init__(self, kind: str, device: str, w_in: np.ndarray, w_out: np.ndarray, touched: list[np.ndarray],
-                 batch_size: int | None = None):
+    def __init__(self, kind: str, device: str, w_in: np.ndarray, w_out: np.ndarray, touched: list[np.ndarray]):
         self.kind, self.device = kind, device
         self.host = (w_in, w_out, *touched)
         if kind == "numba":
@@ -152,14 +152,12 @@ class Backend:
             from ..dist.device import DeviceParams
 
             self.resident = DeviceParams(device, w_in, w_out)
-            self.batch = {} if batch_size is None else {"batch_size": batch_size}
 
-    def train(self, tokens, starts, keep, table, rng_state, **kw):
+    def train(self, tokens, starts, rng_state, args):
         if self.resident is not None:
-            return self.resident.train(tokens, starts, keep, table, rng_state, **self.batch, **kw)
+            return self.resident.train(tokens, starts, rng_state, args)
         w_in, w_out, t_in, t_out = self.host
-        return self._train(w_in, w_out, tokens, starts, keep, table, rng_state, touched_in=t_in,
-                           touched_out=t_out, **kw)
+        return self._train(w_in, w_out, tokens, starts, rng_state, t_in, t_out, args)
 
     def sync(self, syncer) -> float:
         """The round's sync; returns the largest |value| of the rows that changed."""
@@ -812,11 +810,15 @@ class Trainer:
         # hierarchical softmax: the Huffman tree of the counts, rebuilt on every rank at every start
         if cfg.loss == "hs" and corpus.n_words < 2:
             raise InputError(f"--loss hs needs a vocabulary of at least 2 words; {corpus.path} has {corpus.n_words}")
-        self.loss_kw = {"hs": build_tree(corpus.counts).tables()} if cfg.loss == "hs" else {}
+        hs = build_tree(corpus.counts).tables() if cfg.loss == "hs" else None
         # --subwords: every word's input rows (its own, then its n-grams'), rebuilt from the words
         self.subwords = build_table(self.words, cfg.minn, cfg.maxn, cfg.buckets) if cfg.subwords else None
-        if self.subwords is not None:
-            self.loss_kw["subwords"] = (self.subwords.ptr, self.subwords.ids)
+        self.kernel_args = KernelArgs(
+            keep_prob=self.keep, neg_table=self.table, words_total=plan.words_total, model=cfg.model,
+            window=cfg.window, negative=cfg.negative, lr0=self.local_lr, lr_min=self.local_lr * cfg.min_lr_ratio,
+            threads=plan.threads, shared_negatives=self.shared_negatives, hs=hs,
+            subwords=None if self.subwords is None else (self.subwords.ptr, self.subwords.ids),
+            batch_size=cfg.batch_size if hs is None else None)
         self.setup_params(v)
         self.balanced = cfg.balance == "speed"
         if self.balanced:
@@ -844,8 +846,7 @@ class Trainer:
         self.touched = [np.zeros(len(state.w_in), dtype=np.uint8), np.zeros(v, dtype=np.uint8)]
         self.syncer = Synchronizer(self.comm, [state.w_in, state.w_out], mode=self.cfg.sync, scale=plan.scale,
                                    allreduce=self.cfg.allreduce)
-        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched,
-                               batch_size=self.cfg.batch_size)
+        self.backend = Backend(plan.kernel, plan.device, state.w_in, state.w_out, self.touched)
 
     def params_to_host(self) -> None:
         """The host arrays hold the trained parameters after this (the torch kernel's live on
@@ -884,12 +885,8 @@ class Trainer:
         t = time.perf_counter()
         pieces, scale = self.round_pieces(rnd)
         for tokens, starts in pieces:
-            l, n_ex, n_words = self.backend.train(
-                tokens, starts, self.keep, self.table, self.rng, model=cfg.model, window=cfg.window,
-                negative=cfg.negative, lr0=self.local_lr, lr_min=self.local_lr * cfg.min_lr_ratio,
-                words_done=p.words_done + scale * words, words_scale=scale,
-                words_total=self.plan.words_total, threads=self.plan.threads,
-                shared_negatives=self.shared_negatives, **self.loss_kw)
+            l, n_ex, n_words = self.backend.train(tokens, starts, self.rng,
+                                                  self.kernel_args.at(p.words_done + scale * words, scale))
             words += n_words
             self.local_words += n_words
             loss += l
