@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpidwe.train import auto_sync_every  # noqa: E402
+from mpidwe.train.plan import auto_sync_every  # noqa: E402
 
 ALPHA = 20e-6
 

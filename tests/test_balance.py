@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.core.balance import EpochStream, SpeedWeights, split_points
+from mpidwe.train.stream import EpochStream
+from mpidwe.core.balance import SpeedWeights, split_points
 from mpidwe.io.corpus import Corpus
 
 from conftest import make_demo_corpus, mpi_env, mpiexec_path, run_mpi

@@ -16,7 +16,7 @@ from mpidwe.core.config import PreprocessConfig, SynthConfig
 from mpidwe.evaluate import evaluate_similarity, read_similarity
 from mpidwe.preprocess import run as preprocess
 from mpidwe.synth import write_demo
-from mpidwe.train import carried_rows
+from mpidwe.train.warm import carried_rows
 
 from conftest import error_lines, make_demo_corpus, run_mpi
 

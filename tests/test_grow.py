@@ -209,7 +209,7 @@ def test_train_refuses_a_segment_the_corpus_lacks(tmp_path):
 
 
 def test_the_balanced_stream_covers_only_the_selected_segments(tmp_path):
-    from mpidwe.core.balance import EpochStream
+    from mpidwe.train.stream import EpochStream
 
     texts(tmp_path)
     base = build(tmp_path, "c.h5")

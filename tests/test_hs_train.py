@@ -121,7 +121,7 @@ def test_hs_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks):
 
 def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path):
     """Checkpoints written before --loss existed ran negative sampling."""
-    from mpidwe.train import RESUME_DEFAULTS, _check_resume
+    from mpidwe.train.resume import RESUME_DEFAULTS, _check_resume
 
     out = tmp_path / "old"
     train(small(demo, out, loss="ns", epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)

@@ -100,7 +100,7 @@ def test_an_absurd_negative_count_is_refused_up_front(tmp_path):
 def test_the_checkpoint_history_stays_bounded_and_resume_keeps_the_full_log(demo, tmp_path, monkeypatch):
     """A tiny interval makes many rounds: the checkpoint embeds a thinned history, while
     metrics.jsonl keeps every line, also across a resume."""
-    import mpidwe.train as t
+    import mpidwe.train.rundir as t
     from mpidwe.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--sync-every must be 0 \\(automatic\\) or >= 1,000"):

@@ -16,8 +16,8 @@ from mpidwe.io.formats import check_seal
 from mpidwe.kernels import cpu
 from mpidwe.kernels.plan import plan_block
 from mpidwe.dist.sharded import ShardStore, init_own_rows
-from mpidwe.dist.sync import _apply_rows
-from mpidwe.train import init_params
+from mpidwe.dist.rule import _apply_rows, apply_pushed
+from mpidwe.dist.replicated import init_params
 from mpidwe.core.vocab import keep_probabilities, negative_table
 
 
@@ -160,10 +160,9 @@ def test_owners_rule_equals_the_replicated_sparse_sync():
             seg.append(int(mine.sum()))
         n = sum(seg)
         pos = np.full(len(own), -1, np.int32)
-        biggest = max(biggest, store.apply_pushed(own, np.concatenate(got_rows).astype(np.int64),
-                                                  np.concatenate(got_values), np.array(seg), scale, False, pos,
-                                                  np.empty((n, dim), np.float32), np.empty(n, np.int32),
-                                                  np.empty(n, np.int64)))
+        scratch = (pos, np.empty((n, dim), np.float32), np.empty(n, np.int32), np.empty(n, np.int64))
+        biggest = max(biggest, apply_pushed(own, np.concatenate(got_rows).astype(np.int64),
+                                            np.concatenate(got_values), np.array(seg), scale, False, scratch))
         assert np.all(pos == -1)
         assert np.array_equal(own, rep_base[owner::world])
     assert biggest == big_rep

@@ -3,7 +3,8 @@ import pytest
 
 from mpidwe.dist.comm import Comm
 from mpidwe.core.errors import ConfigError
-from mpidwe.dist.sync import Synchronizer, _apply_rows, lr_scale, row_divisors
+from mpidwe.dist.replicated import Synchronizer
+from mpidwe.dist.rule import _apply_rows, lr_scale, row_divisors
 
 from conftest import ROOT, run_mpi
 

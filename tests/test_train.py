@@ -215,7 +215,7 @@ def test_a_divergent_setting_stops_every_rank_with_exit_3(demo, tmp_path):
 def test_the_guard_keeps_the_last_good_checkpoint(demo, tmp_path):
     """A limit below what round 3 reaches trips the guard after two checkpoints."""
     from mpidwe.io import checkpoint
-    from mpidwe.train import TrainingDiverged
+    from mpidwe.train.loop import TrainingDiverged
 
     out = tmp_path / "g"
     with pytest.raises(TrainingDiverged, match="a parameter reached") as e:

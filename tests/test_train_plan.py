@@ -7,7 +7,9 @@ from mpidwe.dist.comm import Comm
 from mpidwe.core.config import PreprocessConfig, TrainConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.preprocess import run as preprocess
-from mpidwe.train import ShardStream, count_rounds, init_params, learning_rate, rng_seeds, round_targets
+from mpidwe.train.stream import ShardStream
+from mpidwe.train.plan import count_rounds, learning_rate, rng_seeds, round_targets
+from mpidwe.dist.replicated import init_params
 
 
 def test_rounds_are_planned_from_the_largest_shard():
@@ -64,7 +66,7 @@ def test_shard_stream_cuts_rounds_at_sentence_boundaries(tmp_path):
 
 
 def test_default_sync_interval_is_global_and_shrinks_beyond_four_ranks():
-    from mpidwe.train import auto_sync_every
+    from mpidwe.train.plan import auto_sync_every
 
     enwiki = [auto_sync_every(69_103, p) for p in (1, 2, 4, 8, 16)]
     assert enwiki == [2_000_000, 1_000_000, 250_000, 62_500, 15_625]

@@ -77,6 +77,12 @@ class Comm:
         one's run in the first: MPI orders collectives per communicator."""
         return Comm.serial() if self._comm is None else Comm(self._comm.Dup())
 
+    def free(self) -> None:
+        """Release a communicator made by :meth:`dup` (collective: every rank calls it)."""
+        if self._comm is not None:
+            self._comm.Free()
+            self._comm = None
+
     @property
     def thread_multiple(self) -> bool:
         """Whether MPI runs with MPI_THREAD_MULTIPLE (mpi4py asks for it by default)."""
@@ -191,23 +197,6 @@ class Comm:
                         flat[b0:b1] = buf
         self.stats.add(sent, time.perf_counter() - t)
         return arr
-
-    def allgatherv(self, arr: np.ndarray) -> tuple[np.ndarray, list[int]]:
-        """Concatenate every rank's 1-D or row-block array in rank order.
-        Returns (concatenation, rows per rank)."""
-        if self._comm is None:
-            return arr, [arr.shape[0]]
-        t = time.perf_counter()
-        rows = self._comm.allgather(arr.shape[0])
-        row_items = int(np.prod(arr.shape[1:], dtype=np.int64)) if arr.ndim > 1 else 1
-        counts = [n * row_items for n in rows]
-        out = np.empty((sum(rows),) + arr.shape[1:], dtype=arr.dtype)
-        from mpi4py import MPI
-
-        self._comm.Allgatherv(np.ascontiguousarray(arr), [out, counts, MPI._typedict[arr.dtype.char]])
-        # A ring allgather forwards everything but its own block once.
-        self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t)
-        return out, rows
 
     def allgather_array(self, arr: np.ndarray) -> np.ndarray:
         """Every rank's equally shaped ``arr``, stacked in rank order: [P, *arr.shape]. With

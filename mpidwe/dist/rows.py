@@ -1,7 +1,7 @@
 """The sharded parameter store's arithmetic: who owns which row, and a block's working set.
 
 Pure functions of ints and arrays (rank and world size are ints; no Comm, no files), used
-by mpidwe/sharded.py, which does the communication (docs/sync-modes.md, "Sharded store").
+by mpidwe/dist/sharded.py, which does the communication (docs/sync-modes.md, "Sharded store").
 
 Ownership is strided: global row ``w`` lives on rank ``w % P`` at local index ``w // P``.
 Word ids are ranked by frequency (the corpus sorts its vocabulary), so striding deals the
@@ -22,9 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
-
-from .sync import OVERSHOOT
 
 
 # ---------------------------------------------------------------- ownership
@@ -91,77 +88,21 @@ def working_set(mark_in: np.ndarray, mark_out: np.ndarray, slots: np.ndarray) ->
     return WorkingSet(ids, len(token_ids), slots)
 
 
-def working_set_bound(tokens: int, kept: float, window: int, negative: int, model: str,
-                      shared_negatives: bool, vocab_size: int) -> int:
-    """An upper bound on W for a block of ``tokens`` raw words of which a fraction ``kept``
-    survives subsampling: every distinct token plus every noise draw, at most V. Skip-gram
-    draws ``negative`` per (centre, context) pair, at most 2 x window pairs per kept centre
-    (E[pairs] = window + 1 for word2vec's shrunk window); CBOW and shared negatives draw
-    ``negative`` per centre."""
-    centres = kept * tokens
-    draws = centres * negative * (2 * window if model == "skipgram" and not shared_negatives else 1)
-    return int(min(vocab_size, tokens + draws))
-
-
+# ---------------------------------------------------------------- sizing
 def expected_working_set(block_tokens: int, counts: np.ndarray, keep_prob: np.ndarray, window: int,
-                         negative: int, model: str = "skipgram", shared_negatives: bool = False) -> float:
-    """E[W] for a block of ``block_tokens`` words drawn from the unigram distribution: a
-    word is in the set unless neither a token nor a noise draw hit it,
-    sum_w 1 - (1 - p_w)^tokens x (1 - q_w)^draws (p: unigram, q: unigram^0.75)."""
+                         negative: int, shared_negatives: bool = False) -> tuple[float, float]:
+    """(E[T], E[W]) for a round of ``block_tokens`` skip-gram words drawn from the unigram
+    distribution p (q: unigram^0.75): T the distinct tokens, sum_w 1 - (1 - p_w)^tokens,
+    and W the working set, which holds a word unless neither a token nor a noise draw hit
+    it, sum_w 1 - (1 - p_w)^tokens x (1 - q_w)^draws (benchmarks/working_set.py prints it
+    for docs/scaling.md and docs/sync-modes.md). Per-pair negatives draw ``negative`` per
+    (centre, context) pair, E[pairs] = window + 1; shared negatives per kept centre."""
     counts = np.asarray(counts, dtype=np.float64)
     p = counts / counts.sum()
     q = counts ** 0.75
     q /= q.sum()
     kept = float((p * keep_prob).sum())
-    pairs = window + 1 if model == "skipgram" and not shared_negatives else 1
-    draws = block_tokens * kept * negative * pairs
-    miss = np.exp(block_tokens * np.log1p(-np.minimum(p, 1 - 1e-12))
-                  + draws * np.log1p(-np.minimum(q, 1 - 1e-12)))
-    return float((1.0 - miss).sum())
-
-
-# ---------------------------------------------------------------- the owners' rule
-@njit(cache=True, nogil=True)
-def apply_pushed(own, local_rows, values, seg_counts, scale, assign, pos, acc, counts, order):
-    """The owner's side of the sparse sync (sync._apply_rows, restricted to its rows): rank r
-    sent ``seg_counts[r]`` consecutive (row, change) entries, in rank order. Each row's
-    changes are summed in rank order and ``own[row] += sum / max(scale, n / OVERSHOOT)``
-    with n the ranks that sent it, the same float32 operations in the same order as the
-    replicated store, so both give bit-identical rows. ``assign`` (a world of one): the
-    values are the trained rows themselves and are copied. ``pos`` is an int32 [len(own)]
-    scratch of -1 (restored on return); ``acc``, ``counts`` and ``order`` have room for
-    every entry. Returns the largest |value| written (inf once NaN is seen)."""
-    dim = own.shape[1]
-    n_rows = 0
-    e = 0
-    for r in range(seg_counts.shape[0]):
-        for _ in range(seg_counts[r]):
-            row = local_rows[e]
-            u = pos[row]
-            if u < 0:
-                u = n_rows
-                pos[row] = u
-                order[u] = row
-                counts[u] = 0
-                for k in range(dim):
-                    acc[u, k] = values[e, k]
-                n_rows += 1
-            else:
-                for k in range(dim):
-                    acc[u, k] += values[e, k]
-            counts[u] += 1
-            e += 1
-    biggest = 0.0
-    for u in range(n_rows):
-        row = order[u]
-        pos[row] = -1
-        div = np.float32(max(scale, counts[u] / OVERSHOOT))
-        for k in range(dim):
-            v = acc[u, k] if assign else own[row, k] + acc[u, k] / div
-            own[row, k] = v
-            a = abs(v)
-            if a != a:
-                biggest = np.inf
-            elif a > biggest:
-                biggest = a
-    return biggest
+    draws = block_tokens * kept * negative * (1 if shared_negatives else window + 1)
+    token_miss = block_tokens * np.log1p(-np.minimum(p, 1 - 1e-12))
+    noise_miss = draws * np.log1p(-np.minimum(q, 1 - 1e-12))
+    return float((1.0 - np.exp(token_miss)).sum()), float((1.0 - np.exp(token_miss + noise_miss)).sum())

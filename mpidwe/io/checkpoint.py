@@ -341,10 +341,6 @@ def load_part(directory: str, part: dict, verify: bool = True) -> tuple[np.ndarr
     return w_in, w_out
 
 
-def is_sharded(ck: Checkpoint) -> bool:
-    return bool(ck.parts)
-
-
 def _row_range(d, a: int, b: int, vocab: int):
     """Global rows [a, b) of a checkpoint matrix: a plain [V, d] dataset, or a sharded
     checkpoint's [ceil(V / P), P, d] virtual one."""

@@ -46,7 +46,7 @@ Arguments (numpy arrays for cpu/reference; torch tensors or CPU numpy for torch_
 * ``model``: "skipgram" (word2vec's: each context word's input row predicts the centre word)
   or "cbow" (the mean of the context rows, cbow_mean=1, predicts the centre; each context
   row receives the whole gradient, as word2vec.c and gensim).
-* ``neg_slots`` (cpu only; the sharded store, mpidwe/store.py): int32 [V_global]. The
+* ``neg_slots`` (cpu only; the sharded store, mpidwe/dist/rows.py): int32 [V_global]. The
   matrices then hold a block's working set, not the vocabulary: ``tokens`` are slots,
   ``w_in``/``keep_prob``/``touched_in`` cover the block's token rows and ``w_out``/
   ``touched_out`` those plus the rows only noise words reach, while ``neg_table`` stays the

@@ -34,6 +34,8 @@ from ..core.config import PreprocessConfig, TrainConfig
 from ..io.corpus import Corpus
 from ..core.errors import EXIT_REQUEUE, InputError
 from ..io.fsutil import DirLock, atomic_write
+from .rundir import PROG
+from .runner import run
 
 FORMAT = "mpidwe-follow"
 FORMAT_VERSION = 1
@@ -115,8 +117,6 @@ class Follower:
     """The watch loop (see the module docstring); ``run`` returns the exit code."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, stop, log):
-        from . import PROG
-
         self.cfg, self.comm, self.stop, self.log, self.prog = cfg, comm, stop, log, PROG
         self.state: FollowState | None = None
 
@@ -272,8 +272,6 @@ class Follower:
             return c.corpus_id
 
     def train_step(self, step: dict):
-        from .. import train
-
         cfg = self.cfg
         k = step["step"]
         if k == 0 and step.get("file") is None:
@@ -282,7 +280,7 @@ class Follower:
             init, segments = self.comm.on_root(self._model_before, k), "new"
         scfg = dataclasses.replace(cfg, out=step_dir(cfg.out, k), follow=None, segments=segments,
                                    init_from=init, resume="auto", force=False)
-        return train.run(scfg, self.comm, log=self.log, stop=self.stop)
+        return run(scfg, self.comm, log=self.log, stop=self.stop)
 
 
 def run_follow(cfg: TrainConfig, comm: Comm, stop, log=print) -> int:

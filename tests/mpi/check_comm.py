@@ -68,11 +68,6 @@ for chunk_bytes in (1, 8, 16, 24, 100, 4 << 20):
 stacked = comm.allgather_array(np.full((3, 2), comm.rank, dtype=np.float32))
 assert stacked.shape == (comm.size, 3, 2) and stacked[:, 0, 0].tolist() == list(range(comm.size))
 
-# allgatherv concatenates in rank order
-mine = np.full((comm.rank + 1, 2), comm.rank, dtype=np.float32)
-out, rows = comm.allgatherv(mine)
-assert rows == [r + 1 for r in range(comm.size)]
-assert np.array_equal(out[:, 0], np.repeat(np.arange(comm.size), np.arange(1, comm.size + 1)))
 assert comm.stats.bytes_sent > 0 and comm.stats.calls > 0
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from mpidwe.dist.comm import Comm
-from mpidwe.dist.sync import Synchronizer
+from mpidwe.dist.replicated import Synchronizer
 
 comm = Comm.world()
 P, r = comm.size, comm.rank

@@ -1,4 +1,7 @@
-"""How ranks combine their local training (docs/sync-modes.md). Only through ``Comm``.
+"""The scaled-mean rule: how the ranks' changes become one set of parameters (docs/sync-modes.md).
+
+Pure math (numbers and arrays in, arrays out; no Comm): the stores in this package move the
+rows (dist/replicated.py, dist/sharded.py, dist/device.py) and apply this rule to them.
 
 Between two syncs every rank trains its own copy of the parameters from the same starting
 point (``base``, the values at the last sync). A sync turns the ranks' changes
@@ -29,13 +32,10 @@ n instead starves the rows many ranks touch. ``--sync`` chooses what travels:
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
-from .comm import Comm
 from ..core.errors import ConfigError
 
 MODES = ("dense", "sparse", "average")
@@ -158,77 +158,50 @@ def _max_abs_rows(param, mask):
     return biggest
 
 
-# ---------------------------------------------------------------- the driver
-@dataclass
-class SyncStats:
-    """Accumulated over the run on one rank: how many syncs, and their seconds split into
-    communication (inside Comm) and the sync's own array work."""
-
-    syncs: int = 0
-    seconds: float = 0.0
-    comm_seconds: float = 0.0
-    bytes_sent: int = 0
-
-    @property
-    def array_seconds(self) -> float:
-        return max(0.0, self.seconds - self.comm_seconds)
-
-
-class Synchronizer:
-    """Keeps ``base`` copies of the parameters and combines ranks at every ``sync``."""
-
-    def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse", scale: int = 1,
-                 allreduce: str = "mpi"):
-        if mode not in MODES:
-            raise ValueError(f"unknown sync mode {mode!r}")
-        self.comm, self.mode, self.scale, self.allreduce = comm, mode, int(scale), allreduce
-        self.base = [p.copy() for p in params] if comm.size > 1 else []
-        self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
-        self.stats = SyncStats()
-        # per parameter, the rows the last sync changed (some rank touched them): what a
-        # caller holding a copy of the parameters elsewhere (mpidwe.dist.device) must refresh
-        self.changed_rows: list[np.ndarray] = []
-
-    def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> float:
-        """Combine every rank's changes since the last sync into ``params`` (in place) and
-        clear the ``touched`` masks. A collective: every rank calls it the same number of
-        times. Returns the largest |value| of the rows that changed (inf if any is NaN)."""
-        t, c, b = time.perf_counter(), self.comm.stats.seconds, self.comm.stats.bytes_sent
-        biggest = 0.0
-        self.changed_rows = []
-        for i, (param, mask) in enumerate(zip(params, touched)):
-            if self.comm.size > 1:
-                step = self._sparse if self.mode == "sparse" else self._dense
-                biggest = max(biggest, step(param, self.base[i], mask))
+# ---------------------------------------------------------------- the owners' side (sharded store)
+@njit(cache=True, nogil=True)
+def apply_pushed(own, local_rows, values, seg_counts, scale, assign, scratch):
+    """The owner's side of the sparse sync (sync._apply_rows, restricted to its rows): rank r
+    sent ``seg_counts[r]`` consecutive (row, change) entries, in rank order. Each row's
+    changes are summed in rank order and ``own[row] += sum / max(scale, n / OVERSHOOT)``
+    with n the ranks that sent it, the same float32 operations in the same order as the
+    replicated store, so both give bit-identical rows. ``assign`` (a world of one): the
+    values are the trained rows themselves and are copied. ``scratch`` is (pos, acc,
+    counts, order): ``pos`` an int32 [len(own)] of -1 (restored on return); ``acc``,
+    ``counts`` and ``order`` with room for every entry. Returns the largest |value|
+    written (inf once NaN is seen)."""
+    pos, acc, counts, order = scratch
+    dim = own.shape[1]
+    n_rows = 0
+    e = 0
+    for r in range(seg_counts.shape[0]):
+        for _ in range(seg_counts[r]):
+            row = local_rows[e]
+            u = pos[row]
+            if u < 0:
+                u = n_rows
+                pos[row] = u
+                order[u] = row
+                counts[u] = 0
+                for k in range(dim):
+                    acc[u, k] = values[e, k]
+                n_rows += 1
             else:
-                biggest = max(biggest, _max_abs_rows(param, mask))
-            mask[:] = 0
-        s = self.stats
-        s.syncs += 1
-        s.seconds += time.perf_counter() - t
-        s.comm_seconds += self.comm.stats.seconds - c
-        s.bytes_sent += self.comm.stats.bytes_sent - b
-        return float(biggest)
-
-    def _sparse(self, param, base, mask) -> float:
-        rows = np.flatnonzero(mask).astype(np.int32)
-        counts = self.comm.allgather_array(np.array([len(rows)], dtype=np.int64))[:, 0].copy()
-        longest = int(counts.max())
-        send_rows = np.zeros(longest, dtype=np.int32)
-        send_rows[:len(rows)] = rows
-        send_values = np.empty((longest, param.shape[1]), dtype=param.dtype)
-        send_values[len(rows):] = 0                 # padding: never read, but sent
-        _gather_delta(param, base, rows, send_values)
-        all_rows = self.comm.allgather_array(send_rows)
-        all_values = self.comm.allgather_array(send_values)
-        self.changed_rows.append(np.unique(np.concatenate([all_rows[r, :counts[r]] for r in range(len(counts))])))
-        return _apply_rows(base, param, all_rows, all_values, counts, self.scale, self._senders)
-
-    def _dense(self, param, base, mask) -> float:
-        delta = np.subtract(param, base)
-        self.comm.allreduce_(delta, self.allreduce)
-        counts = mask.astype(np.int32)
-        self.comm.allreduce_(counts, self.allreduce)
-        divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
-        self.changed_rows.append(np.flatnonzero(counts))
-        return _apply_dense(base, param, delta, divisors, counts)
+                for k in range(dim):
+                    acc[u, k] += values[e, k]
+            counts[u] += 1
+            e += 1
+    biggest = 0.0
+    for u in range(n_rows):
+        row = order[u]
+        pos[row] = -1
+        div = np.float32(max(scale, counts[u] / OVERSHOOT))
+        for k in range(dim):
+            v = acc[u, k] if assign else own[row, k] + acc[u, k] / div
+            own[row, k] = v
+            a = abs(v)
+            if a != a:
+                biggest = np.inf
+            elif a > biggest:
+                biggest = a
+    return biggest

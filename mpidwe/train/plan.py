@@ -1,0 +1,166 @@
+"""What every rank fixes before the first round: device, kernel, threads, the sync interval
+and learning-rate scale, the number of rounds and each rank's words per round.
+
+The number of sync rounds is fixed before training from the largest shard, so every rank
+makes the same collectives in the same order; each rank spreads its own shard evenly over
+those rounds. A run that continues a checkpoint written by another plan is re-planned in
+train/resume.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.config import TrainConfig, to_dict
+from ..core.errors import ConfigError
+from ..core.huffman import build_tree
+from ..dist.comm import Comm
+from ..dist.rule import lr_scale
+from ..io.corpus import Corpus, Shard
+from ..kernels.args import KernelArgs
+from ..kernels.common import learning_rate as kernel_learning_rate
+from ..version import __version__
+
+
+def rng_seeds(seed: int, rank: int, threads: int) -> np.ndarray:
+    """One 64-bit LCG state per kernel thread, distinct per (seed, rank, thread)."""
+    ss = np.random.SeedSequence([seed, rank])
+    return ss.generate_state(threads, dtype=np.uint64)
+
+
+def count_rounds(shard_tokens: list[int], epochs: int, sync_every: int) -> int:
+    """Sync rounds for the whole run: enough that no rank trains more than ``sync_every``
+    words between two syncs. Identical on every rank."""
+    return max(1, math.ceil(max(shard_tokens) * epochs / sync_every))
+
+
+# The default sync interval counts the words ALL ranks train between two syncs, because the
+# ranks' copies drift apart with every word trained since the last sync, whoever trained it.
+# Up to 2 ranks that global interval is W (each rank trains W / P); beyond, averaging more
+# copies loses more, so the global interval shrinks as 2/P and syncs per epoch grow with P
+# (measured on enwiki: docs/sync-modes.md; predicted: docs/scaling.md).
+SYNC_WORDS_MAX = 2_000_000
+
+
+SYNC_WORDS_PER_TYPE = 80
+
+
+SYNC_FULL_INTERVAL_RANKS = 2
+
+
+SYNC_EVERY_MIN = 5_000
+
+
+def auto_sync_every(vocab_size: int, world_size: int = 1) -> int:
+    """Default words per rank between syncs: W / P up to 2 ranks and 2 W / P^2 beyond, with
+    W = min(2M, 80 x V), and at least 5,000 (below that the per-sync overhead dominates)."""
+    p = max(world_size, 1)
+    global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
+    share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
+    return int(max(SYNC_EVERY_MIN, global_words // share))
+
+
+def round_targets(local_total: int, rounds: int) -> np.ndarray:
+    """Cumulative local words at the end of each round (the last is ``local_total``)."""
+    return (np.arange(1, rounds + 1, dtype=np.int64) * local_total) // rounds
+
+
+def learning_rate(cfg: TrainConfig, words_done: int, words_total: int) -> float:
+    """The configured rate at a point of global progress (the kernels' own schedule)."""
+    return kernel_learning_rate(cfg.lr, cfg.lr * cfg.min_lr_ratio, words_done, 1, 0, max(words_total, 1))
+
+
+def resolve_threads(cfg: TrainConfig, comm: Comm) -> int:
+    if cfg.threads:
+        return cfg.threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // comm.node_size)
+
+
+def _nvidia_gpus_visible() -> bool:
+    """Cheap check before importing torch: the NVIDIA driver lists its GPUs in /proc."""
+    try:
+        return bool(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
+def resolve_device(cfg: TrainConfig, comm: Comm) -> str:
+    """``cpu`` or ``cuda:N`` with N = node-local rank modulo the GPUs on the node."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and not _nvidia_gpus_visible()):
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        if cfg.device == "auto":
+            return "cpu"
+        raise ConfigError("--device cuda: no CUDA device is available on this node")
+    return f"cuda:{comm.node_rank % torch.cuda.device_count()}"
+
+
+def resolve_kernel(cfg: TrainConfig, device: str) -> str:
+    if cfg.kernel == "auto":
+        return "numba" if device == "cpu" else "torch"
+    if cfg.kernel == "numba" and device != "cpu":
+        raise ConfigError("--kernel numba runs on the CPU only; use --kernel torch (or auto) with CUDA")
+    return cfg.kernel
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every rank fixes before the first round; all of it but ``shard`` and ``targets``
+    is the same on every rank, so every rank makes the same collectives in the same order."""
+
+    device: str
+    kernel: str
+    threads: int
+    shard: Shard
+    rounds: int
+    targets: np.ndarray        # this rank's cumulative local words at the end of each round
+    words_total: int           # global words of the whole run
+    scale: int                 # every rank trains at scale x lr (dist/rule.py)
+    resolved: dict             # the configuration as run: config.json and every checkpoint
+
+    @property
+    def local_lr(self) -> float:
+        """The learning rate every rank starts at: scale x --lr."""
+        return self.resolved["local_lr"]
+
+
+def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
+    device = comm.agree(resolve_device, cfg, comm)
+    kernel = comm.agree(resolve_kernel, cfg, device)
+    scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr)
+    threads = resolve_threads(cfg, comm)
+    shard = corpus.shard(comm.rank, comm.size)
+    shard_sizes = comm.allgather(shard.n_tokens)
+    sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size)
+    rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
+    words_total = corpus.n_tokens * cfg.epochs
+    if cfg.balance == "speed":    # one stream for all ranks; targets are global positions
+        rounds = max(1, math.ceil(words_total / (comm.size * sync_every)))
+    resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
+                    sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale,
+                    threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
+                    vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__)
+    own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
+    return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved)
+
+
+def kernel_args(cfg: TrainConfig, plan: Plan, counts: np.ndarray, keep: np.ndarray, table: np.ndarray,
+                subwords=None) -> KernelArgs:
+    """The kernels' arguments for the whole run (``subwords``: the run's core.subwords table).
+    --loss hs: the Huffman tree of the counts, rebuilt at every start; its torch kernel keeps
+    its own batch size (it counts examples, not windows)."""
+    hs = build_tree(counts).tables() if cfg.loss == "hs" else None
+    return KernelArgs(
+        keep_prob=keep, neg_table=table, words_total=plan.words_total, model=cfg.model, window=cfg.window,
+        negative=cfg.negative, lr0=plan.local_lr, lr_min=plan.local_lr * cfg.min_lr_ratio, threads=plan.threads,
+        # CBOW has one target set per window already
+        shared_negatives=cfg.shared_negatives and cfg.model == "skipgram", hs=hs,
+        subwords=None if subwords is None else (subwords.ptr, subwords.ids),
+        batch_size=cfg.batch_size if hs is None else None)

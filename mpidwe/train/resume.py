@@ -1,0 +1,247 @@
+"""Continuing a run: find and check the checkpoint, load the state, and re-plan a run
+that continues on another number of ranks, for more epochs or at another interval.
+
+A checkpoint continues exactly only with the plan that wrote it (the same ranks, words and
+rounds); otherwise the rest of the run is re-planned (:func:`replan`), which continues the
+run but is not bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+
+import numpy as np
+
+from ..core.config import MAX_LOCAL_LR_NS, TrainConfig
+from ..core.errors import InputError
+from ..dist.comm import Comm
+from ..io import checkpoint
+from ..io.corpus import Corpus, Shard
+from .plan import Plan, learning_rate, rng_seeds, round_targets
+
+
+# options that change what a resumed run would compute; the rest (logging, checkpoint and
+# evaluation cadence, progress bar, guard limits) may change between runs. The number of
+# ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
+# (replan), which continues the run but is not bit-identical to an uninterrupted one.
+RESUME_MUST_MATCH = ("model", "loss", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
+                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
+                     "segments", "subwords", "minn", "maxn", "buckets")
+
+
+# --batch-size decides which updates of the torch kernel share a parameter snapshot, so a
+# resumed torch run with another batch size computes other numbers; the numba kernel and
+# --loss hs (its own batch, kernels/torch_hs.py) ignore it
+RESUME_TORCH_MUST_MATCH = ("batch_size",)
+
+
+# what a checkpoint written before an option existed ran with
+RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000}
+
+
+def resume_must_match(resolved: dict) -> tuple[str, ...]:
+    """The options a resumed run must share with its checkpoint (resolved: this run's config)."""
+    torch_ns = resolved.get("kernel") == "torch" and resolved.get("loss", "ns") != "hs"
+    return RESUME_MUST_MATCH + (RESUME_TORCH_MUST_MATCH if torch_ns else ())
+
+
+def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, world: int) -> None:
+    """Refuse a checkpoint that cannot continue this run, naming the mismatch."""
+    if ck.corpus_id != corpus.corpus_id:
+        raise InputError(f"cannot resume from {ck.path}: it was trained on another corpus "
+                         f"({ck.config.get('corpus')}, id {ck.corpus_id[:12]}) than {corpus.path} "
+                         f"(id {corpus.corpus_id[:12]})")
+    if ck.progress.words_done > resolved["words_total"]:
+        raise InputError(f"cannot resume from {ck.path}: it has trained {ck.progress.words_done:,} words, "
+                         f"more than --epochs {resolved['epochs']} gives ({resolved['words_total']:,}); "
+                         f"give at least --epochs {ck.config.get('epochs')} or start a new run from it "
+                         f"with --init-from")
+    for key in resume_must_match(resolved):
+        old, new = ck.config.get(key, RESUME_DEFAULTS.get(key)), resolved.get(key)
+        if old != new:
+            hint = ""
+            if key == "max_local_lr":
+                why = ("; --loss hs's default cap is 2 x --lr since it diverged at 8 ranks under 0.2"
+                       if resolved.get("loss") == "hs" and old == MAX_LOCAL_LR_NS else "")
+                hint = f" (give --max-local-lr {old!r} to continue it{why})"
+            raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
+                             f"but the checkpoint has {old!r}{hint}")
+
+
+def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, log,
+                params: bool = True) -> checkpoint.Checkpoint | None:
+    """Rank 0: the checkpoint --resume names (None for a fresh start), loaded and checked
+    (``params=False``: without its matrices, as checkpoint.load)."""
+    if not cfg.resume:
+        return None
+    if cfg.resume == "auto":
+        ckpt_dir = os.path.join(cfg.out, "checkpoints")
+        ck = checkpoint.latest_valid(ckpt_dir, warn=log, params=params)
+        found = checkpoint.list_checkpoints(ckpt_dir)
+        if ck is None and found:
+            # maybe only unreadable for a moment (a network filesystem): never start over
+            raise InputError(f"--resume auto: none of the {len(found)} checkpoint(s) in {ckpt_dir} "
+                             f"can be read (damaged or unreadable); nothing was deleted; start over "
+                             f"with --force, or resume from a copy with --resume PATH")
+        if ck is None:
+            return None
+    else:
+        if os.path.realpath(cfg.resume) == os.path.realpath(corpus.path):
+            raise InputError(f"--resume {cfg.resume} is the corpus, not a checkpoint (checkpoints are "
+                             f"RUN_DIR/checkpoints/ckpt-*.h5; --resume auto finds the newest)")
+        ck = checkpoint.load(cfg.resume, params=params)
+    _check_resume(plan.resolved, ck, corpus, world)
+    if log:
+        log(f"resuming from {ck.path}: round {ck.progress.round}/{ck.progress.rounds}, "
+            f"{ck.progress.words_done:,} words done")
+    return ck
+
+
+def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, store, log
+               ) -> tuple[checkpoint.TrainingState | None, dict | None]:
+    """Rank 0 finds and checks the checkpoint to resume from; every rank gets the training
+    state it holds, its parameters read as the store reads them (``store``: the store's class:
+    rank 0 reads them and broadcasts, or every rank reads its own rows), and the re-plan
+    record of its run (None if it was never re-planned). (None, None): a fresh start."""
+    def find():
+        store.prepare_resume(os.path.join(cfg.out, "checkpoints"))
+        return find_checkpoint(cfg, plan, corpus, comm.size, log, params=store.params_on_root)
+
+    ck = comm.on_root(find, broadcast=False)
+    header = comm.bcast(dict(ck.state.header(), replan=ck.config.get("replan"), path=ck.path, parts=ck.parts)
+                        if comm.is_root and ck is not None else None)
+    if header is None:
+        return None, None
+    record, where = header.pop("replan"), {"path": header.pop("path"), "parts": header.pop("parts")}
+    w_in, w_out = store.read_params(ck, where, comm, cfg, corpus.n_words)
+    return checkpoint.TrainingState.from_header(header, w_in, w_out), record
+
+
+def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, store, vocab_size: int) -> checkpoint.TrainingState:
+    """A new run's state: the store's fresh parameters, every rank's RNG streams, no progress."""
+    w_in, w_out = store.fresh_params(cfg, comm, vocab_size)
+    rngs = np.stack([rng_seeds(cfg.seed, r, plan.threads) for r in range(comm.size)])
+    progress = checkpoint.Progress(round=0, rounds=plan.rounds, words_done=0, words_total=plan.words_total,
+                                   world_size=comm.size, positions=[0] * comm.size, lr=cfg.lr)
+    return checkpoint.TrainingState(w_in, w_out, progress, rngs, [])
+
+
+def needs_replan(progress: checkpoint.Progress, plan: Plan, world: int) -> bool:
+    """A checkpoint continues exactly only with the plan that wrote it: the same ranks,
+    words and rounds."""
+    return (progress.world_size != world or progress.words_total != plan.words_total
+            or progress.rounds != plan.rounds)
+
+
+def snap_to_sentence(corpus: Corpus, shard: Shard, block_tokens: int, position: int) -> int:
+    """The first sentence start at or after ``position`` in the shard's epoch-repeated
+    stream (a position in the stream: epoch x shard tokens + offset)."""
+    n = shard.n_tokens
+    if n == 0:
+        return 0
+    epoch, offset = divmod(position, n)
+    if offset == 0:
+        return position
+    target = shard.token_start + offset
+    for start, end, local in corpus.block_spans(shard, block_tokens):
+        if end <= target:
+            continue
+        k = int(np.searchsorted(local, target - start))
+        if k < len(local):
+            return epoch * n + int(start + local[k]) - shard.token_start
+    return (epoch + 1) * n           # no sentence starts after it: the next epoch's start
+
+
+def derived_seed(rng_state: np.ndarray, round_: int) -> int:
+    """A seed for fresh RNG streams drawn from a checkpoint's streams (elastic resume)."""
+    digest = hashlib.sha256(np.ascontiguousarray(rng_state, dtype=np.uint64).tobytes()
+                            + round_.to_bytes(8, "little")).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def replan(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus,
+           state: checkpoint.TrainingState) -> Plan:
+    """Continue a checkpoint written by another plan (other ranks, --epochs or --sync-every).
+
+    The run's global progress f = words done / words of the new plan is re-derived over the
+    new shards: rank r starts at f x (its shard's words over all epochs), moved to the next
+    sentence start. The words done become the sum of those starts, so the run ends with
+    exactly the plan's words. The rounds left split each rank's remaining words evenly, at
+    the plan's --sync-every; every rank gets a fresh RNG stream derived from the
+    checkpoint's. The learning rate, the words done and the history continue. Updates
+    ``state.progress`` and ``state.rng_state`` in place and returns the new plan."""
+    p = state.progress
+    fraction = p.words_done / max(plan.words_total, 1)
+    sizes = comm.allgather(plan.shard.n_tokens)
+    own = plan.shard.n_tokens * cfg.epochs
+    start = min(snap_to_sentence(corpus, plan.shard, cfg.block_tokens, int(fraction * own)), own)
+    starts = comm.allgather(start)
+    remaining = [n * cfg.epochs - s for n, s in zip(sizes, starts)]
+    sync_every = plan.resolved["sync_every"]
+    left = max(1, math.ceil(max(remaining) / sync_every)) if max(remaining) > 0 else 0
+    rounds = p.round + left
+    seed = derived_seed(state.rng_state, p.round)
+    width = max(state.rng_state.shape[1], plan.threads)
+    state.rng_state = np.stack([rng_seeds(seed, r, width) for r in range(comm.size)])
+    record = {"from_ranks": p.world_size, "from_words_total": p.words_total, "round": p.round,
+              "rounds": rounds, "starts": [int(s) for s in starts]}
+    p.rounds, p.words_total, p.world_size = rounds, plan.words_total, comm.size
+    p.words_done, p.positions = int(sum(starts)), [int(s) for s in starts]
+    p.lr = learning_rate(cfg, p.words_done, plan.words_total)
+    return with_replan(plan, comm, record)
+
+
+def balanced_continuation(cfg: TrainConfig, plan: Plan, comm: Comm, state: checkpoint.TrainingState) -> Plan:
+    """--balance speed: the stream position continues on any number of ranks; the rounds
+    left split the remaining words (every rank gets fresh RNG streams if the ranks changed)."""
+    p = state.progress
+    cursor = int(p.positions[0])
+    sync_every = plan.resolved["sync_every"]
+    left = math.ceil((plan.words_total - cursor) / (comm.size * sync_every)) if cursor < plan.words_total else 0
+    rounds = p.round + left
+    targets = np.full(rounds, cursor, dtype=np.int64)
+    if left:
+        targets[p.round:] = cursor + round_targets(plan.words_total - cursor, left)
+    if p.world_size != comm.size:
+        seed = derived_seed(state.rng_state, p.round)
+        width = max(state.rng_state.shape[1], plan.threads)
+        state.rng_state = np.stack([rng_seeds(seed, r, width) for r in range(comm.size)])
+    p.rounds, p.world_size, p.words_total, p.positions = rounds, comm.size, plan.words_total, [cursor] * comm.size
+    p.lr = learning_rate(cfg, p.words_done, plan.words_total)
+    return dataclasses.replace(plan, rounds=rounds, targets=targets, resolved=dict(plan.resolved, rounds=rounds))
+
+
+def with_replan(plan: Plan, comm: Comm, record: dict) -> Plan:
+    """The plan of a re-planned run (``record`` from :func:`replan`, stored in the run's
+    configuration and so in every later checkpoint, which then resumes exactly)."""
+    start, round0, rounds = record["starts"][comm.rank], record["round"], record["rounds"]
+    targets = np.full(rounds, start, dtype=np.int64)
+    if rounds > round0:
+        targets[round0:] = start + round_targets(plan.shard.n_tokens * plan.resolved["epochs"] - start,
+                                                 rounds - round0)
+    resolved = dict(plan.resolved, rounds=rounds, replan=record)
+    return dataclasses.replace(plan, rounds=rounds, targets=targets, resolved=resolved)
+
+
+def continued_plan(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus,
+                   state: checkpoint.TrainingState, record: dict | None, log) -> Plan:
+    """The plan that continues ``state``: the fresh plan when the checkpoint was written by
+    it, the checkpoint's own re-plan when it was written after one, else a new re-plan."""
+    p = state.progress
+    if cfg.balance == "speed":
+        return balanced_continuation(cfg, plan, comm, state)
+    if record and (record["rounds"] == p.rounds and len(record["starts"]) == comm.size == p.world_size
+                   and p.words_total == plan.words_total):
+        return with_replan(plan, comm, record)
+    if not needs_replan(p, plan, comm.size):
+        return plan
+    old = (p.world_size, p.words_total)
+    plan = replan(cfg, plan, comm, corpus, state)
+    if log:
+        log(f"re-planned the rest of the run: written by {old[0]} rank(s) for {old[1]:,} words, continued "
+            f"on {comm.size} rank(s) for {plan.words_total:,} words from {p.words_done:,} "
+            f"({plan.rounds - p.round} rounds left; not bit-identical to an uninterrupted run)")
+    return plan

@@ -1,0 +1,129 @@
+"""The run directory: rank 0 locks it for the run, refuses to mix two runs in it, clears
+what a killed run left, and writes config.json and metrics.jsonl (crash-safe)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..core.config import TrainConfig
+from ..core.errors import InputError
+from ..dist import deathwatch
+from ..io import checkpoint
+from ..io.fsutil import DirLock, atomic_write, reason, remove_leftovers
+from ..version import __version__
+
+PROG = "python -m mpidwe.train"
+
+
+def _check_writable(cfg: TrainConfig) -> None:
+    """RUN_DIR and RUN_DIR/checkpoints must be folders this process can write, checked before
+    any training (or the run trains for hours and then cannot save)."""
+    ckpt_dir = os.path.join(cfg.out, "checkpoints")
+    for path in (cfg.out, ckpt_dir):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise InputError(f"--out {cfg.out}: {path} exists and is not a folder")
+    try:
+        os.makedirs(ckpt_dir, exist_ok=True)
+        probe = os.path.join(ckpt_dir, f".write-test-{os.getpid()}")
+        with open(probe, "wb") as fh:
+            fh.write(b"x")
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(f"--out {cfg.out} is not writable: {reason(e)}") from None
+
+
+def _old_run(cfg: TrainConfig) -> list[str]:
+    """The files of an earlier run in RUN_DIR: its checkpoints and metrics log."""
+    metrics = os.path.join(cfg.out, "metrics.jsonl")
+    old = checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints"))
+    return old + ([metrics] if os.path.exists(metrics) else [])
+
+
+def _take_run_dir(cfg: TrainConfig, log) -> DirLock:
+    """Rank 0 locks RUN_DIR for the whole run (a second run into it is refused), then removes
+    the temporary files a killed run left there: under the lock none can be a live one."""
+    _check_writable(cfg)
+    lock = DirLock(cfg.out, "training run").acquire(warn=log)
+    deathwatch.clear(cfg.out)
+    for folder in (cfg.out, os.path.join(cfg.out, "checkpoints")):
+        gone = remove_leftovers(folder)
+        if gone and log:
+            log(f"removed {len(gone)} temporary file(s) that a killed run left in {folder}")
+    return lock
+
+
+def _check_run_dir(cfg: TrainConfig, resuming: bool) -> None:
+    """Never mix two runs in one RUN_DIR: a fresh start needs one without a run in it,
+    ``--force`` (which clears the old metrics and checkpoints) or ``--resume auto`` (which
+    found no checkpoint). Checked, like everything else, before anything is written."""
+    if resuming or not _old_run(cfg) or cfg.force or cfg.resume == "auto":
+        return
+    raise InputError(f"{cfg.out} already holds a run; continue it with --resume auto, start over "
+                     f"with --force, or choose another --out")
+
+
+def _metrics_until(path: str, history: list[dict]) -> list[str]:
+    """The lines of metrics.jsonl up to the resumed checkpoint's last step: the file's own
+    (the checkpoint may hold a thinned history), or the history where the file is missing,
+    damaged or does not reach that far."""
+    last = history[-1]["step"] if history else 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [ln if ln.endswith("\n") else ln + "\n" for ln in fh if ln.strip()]
+        kept = [ln for ln in lines if json.loads(ln)["step"] <= last]
+        if not history or (kept and json.loads(kept[-1])["step"] == last):
+            return kept
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return [json.dumps(r, sort_keys=True) + "\n" for r in history]
+
+
+def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None, log) -> None:
+    """``history``: the resumed checkpoint's metrics (None for a fresh start, which first
+    clears what an earlier run left: _check_run_dir allowed it). metrics.jsonl is rewritten
+    from the history, so lines logged after that checkpoint do not appear twice."""
+    if history is None:
+        for path in _old_run(cfg):
+            os.unlink(path)
+    else:
+        lines = _metrics_until(os.path.join(cfg.out, "metrics.jsonl"), history)
+        with atomic_write(os.path.join(cfg.out, "metrics.jsonl"), "w", encoding="utf-8") as fh:
+            fh.writelines(lines)
+    with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(resolved, indent=2, sort_keys=True))
+    if log:
+        log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
+
+
+# ------------------------------------------------------------------ outputs
+class MetricsLog:
+    """JSON lines in RUN_DIR/metrics.jsonl, appended and flushed line by line (rank 0). The
+    file is opened at the first record, so a run that fails before its first round leaves
+    no metrics behind to make its corrected rerun look like a run in progress."""
+
+    def __init__(self, path: str | None):
+        self._path, self._fh = path, None
+
+    def write(self, record: dict) -> None:
+        if self._path is None:
+            return
+        if self._fh is None:
+            self._fh = open(self._path, "a", encoding="utf-8")
+        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+
+
+# Metrics records a checkpoint embeds at most (metrics.jsonl keeps every line).
+MAX_HISTORY = 10_000
+
+
+def thin_history(history: list[dict]) -> None:
+    """Keep the checkpoint's history bounded: past MAX_HISTORY records drop every other one
+    (the last is always kept), so the curves keep their shape at half the resolution."""
+    if len(history) > MAX_HISTORY:
+        history[:] = history[:-1:2] + history[-1:]

@@ -1,0 +1,131 @@
+"""``mpidwe.train.run``: the one place that wires a training run together.
+
+Every rank opens the corpus, fixes the plan (train/plan.py), loads the state it resumes from
+or starts a fresh one (train/resume.py, train/warm.py), builds the parameter store that holds
+it (dist/store.py: replicated, sharded or on the device) and hands both to the round loop
+(train/loop.py). Rank 0 holds the run directory's lock for the whole run (train/rundir.py).
+"""
+
+from __future__ import annotations
+
+import os
+from ..core.config import TrainConfig
+from ..dist import deathwatch
+from ..dist.comm import Comm
+from ..dist.store import Store, StoreSetup
+from ..io.corpus import Corpus
+from .loop import RunResult, Trainer
+from .plan import Plan, make_plan
+from .resume import continued_plan, fresh_state, load_state
+from .rundir import _check_run_dir, _start_run_dir, _take_run_dir
+from .warm import warm_start
+
+DEMO_DIR = "demo"
+
+
+# ------------------------------------------------------------------ the run
+def ensure_demo_corpus(comm: Comm, directory: str = DEMO_DIR) -> str:
+    """The embedded default: demo/corpus.h5, generated and preprocessed if missing."""
+    from .. import preprocess, synth
+    from ..core.config import PreprocessConfig, SynthConfig
+
+    path = os.path.join(directory, "corpus.h5")
+    exists = comm.bcast(os.path.exists(path) if comm.is_root else None)
+    if exists:
+        return path
+    if comm.is_root:
+        comm.agree(lambda: synth.write_demo(SynthConfig(output=directory, force=True))
+                   if not os.path.exists(os.path.join(directory, "demo.txt")) else None)
+    else:
+        comm.agree(lambda: None)
+    preprocess.run(PreprocessConfig(inputs=(os.path.join(directory, "demo.txt"),), output=path, force=True),
+                   comm, log=print if comm.is_root else None)
+    return path
+
+
+class StopRequest:
+    """SIGTERM / SIGUSR1 (Slurm's time-limit and preemption warnings) set a flag; the
+    trainer checkpoints at the next sync point and exits with EXIT_REQUEUE."""
+
+    SIGNALS = ("SIGTERM", "SIGUSR1")
+
+    def __init__(self):
+        self.requested = False
+        self._old = {}
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                sig = getattr(signal, name)
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = None) -> RunResult:
+    """Train on every rank of ``comm``. ``stop`` (installed by ``main`` as early as possible)
+    turns SIGTERM/SIGUSR1 into a checkpoint and a clean exit."""
+    log = log if comm.is_root else None
+    corpus_path = cfg.corpus or ensure_demo_corpus(comm)
+    corpus = comm.agree(Corpus, corpus_path, cfg.segments)
+    try:
+        if cfg.verify_corpus:
+            comm.on_root(corpus.verify, broadcast=False)
+        if stop is not None:
+            return _train(cfg, comm, corpus, log, stop)
+        with StopRequest() as own:
+            return _train(cfg, comm, corpus, log, own)
+    finally:
+        corpus.close()
+
+
+def store_class(cfg: TrainConfig, plan: Plan) -> type[Store]:
+    """Where this run's parameters live: spread over the ranks (--store sharded), on the
+    torch kernel's device, or replicated in every rank's memory."""
+    if cfg.store == "sharded":
+        from ..dist.sharded import ShardedStore
+
+        return ShardedStore
+    if plan.kernel == "torch":
+        from ..dist.device import DeviceStore
+
+        return DeviceStore
+    from ..dist.replicated import ReplicatedStore
+
+    return ReplicatedStore
+
+
+def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
+    plan = make_plan(cfg, comm, corpus)
+    lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
+    kind = store_class(cfg, plan)
+    try:
+        state, record = load_state(cfg, plan, comm, corpus, kind, log)
+        history = None if state is None else state.history
+        if state is not None:
+            plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
+        comm.on_root(_check_run_dir, cfg, state is not None)
+        if state is None:
+            state = fresh_state(cfg, plan, comm, kind, corpus.n_words)
+            if cfg.init_from:
+                plan = warm_start(cfg, plan, comm, corpus, state, log)
+        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words)
+        trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
+        comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
+        comm.barrier()    # the old marker is gone before any watcher starts
+        deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
+        return trainer.run()
+    finally:
+        if lock is not None:
+            lock.release()
