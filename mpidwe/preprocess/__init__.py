@@ -44,8 +44,10 @@ from ..dist.comm import Comm, run_main
 from ..core.config import PreprocessConfig, parse_command, to_json
 from ..core.errors import InputError
 from ..io.fsutil import DirLock, fsync_dir, reason
-from ..io.text import (RankScan, ScanStats, TextOptions, TokenTable, close_or_fail, describe_source,
-    find_boundaries, scan_rank, write_or_fail)
+from ..io.text import (ScanStats, TextOptions, close_or_fail, describe_source, find_boundaries, scan_rank,
+    write_or_fail)
+from .scan import RankScan
+from .tokens import TokenTable
 
 PROG = "python -m mpidwe.preprocess"
 FLUSH_TOKENS = 1 << 20
