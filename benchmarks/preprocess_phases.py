@@ -56,23 +56,24 @@ def child(trace: str, argv: list[str]) -> int:
     return rc
 
 
+# The function each step of preprocess/pipeline.py runs under Comm.agree on rank 0, in order:
+# plan_ranges, count_tokens_of_ranks, fix_vocabulary, create_file, write_slices, seal_and_rename.
+STEPS = ("plan_inputs", "count_compiled", "_vocabulary", "_create_corpus_file", "_write_slice", "_seal_and_rename")
+
+
 def phases(trace: dict, wall: float) -> dict[str, float]:
-    """Rank 0's steps as phases (the names are the closures of preprocess._run)."""
+    """Rank 0's steps as phases."""
     at = {name: (a, b) for name, a, b in trace["steps"]}
-    plan_a, plan_b = at["plan"]
-    count_a, count_b = at["count"]
-    create_a, _ = at["create"]
-    _, write_b = at["write"]
-    fin_a, fin_b = at["finish"]
+    plan, count, vocab, create, write, finish = (at[name] for name in STEPS)
     return {
-        "start (interpreter, imports, MPI)": plan_a,
-        "plan (rank 0 decompresses a gzip for several ranks)": plan_b - plan_a,
-        "pass 1: tokenize, count, spool raw ids": count_b - count_a,
-        "gather the tables, fix the vocabulary (rank 0)": at["fix_vocab"][1] - count_b,
-        "pass 2 and the sentence cuts": create_a - at["fix_vocab"][1],
-        "create the file, every rank writes its slices": write_b - create_a,
-        "rank 0: corpus id (reads the ids back), seal, fsync": fin_b - fin_a,
-        "exit (the interpreter's teardown, the launcher)": wall - fin_b,
+        "start (interpreter, imports, MPI)": plan[0],
+        "plan (rank 0 decompresses a gzip for several ranks)": plan[1] - plan[0],
+        "pass 1: tokenize, count, spool raw ids": count[1] - count[0],
+        "gather the tables, fix the vocabulary (rank 0)": vocab[1] - count[1],
+        "pass 2 and the sentence cuts": create[0] - vocab[1],
+        "create the file, every rank writes its slices": write[1] - create[0],
+        "rank 0: corpus id (reads the ids back), seal, fsync": finish[1] - finish[0],
+        "exit (the interpreter's teardown, the launcher)": wall - finish[1],
         "total (wall of the launch)": wall,
     }
 

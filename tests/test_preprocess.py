@@ -458,7 +458,7 @@ def test_a_signal_inside_a_callback_is_not_lost():
     import time
     import weakref
 
-    from mpidwe.preprocess import Interrupted, _Signals
+    from mpidwe.preprocess.signals import Interrupted, Signals
 
     class Obj:
         pass
@@ -468,7 +468,7 @@ def test_a_signal_inside_a_callback_is_not_lost():
         _ = 1  # the handler runs here, inside the callback
 
     hook = sys.unraisablehook
-    with _Signals():
+    with Signals():
         obj = Obj()
         ref = weakref.ref(obj, callback)
         with pytest.raises(Interrupted, match="SIGTERM"):

@@ -1,4 +1,4 @@
-"""The compiled tokenizer (kernels/tokenize.py, text.RankScan) against the readable Python
+"""The compiled tokenizer (kernels/tokenize.py, preprocess.scan.RankScan) against the readable Python
 path (text.scan_rank + tokenize), on random text full of the hard cases: Unicode
 whitespace, invalid UTF-8, control bytes, doc tags, very long tokens and lines, empty
 lines, every option, several rank counts and block sizes."""
@@ -15,8 +15,9 @@ import pytest
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run
-from mpidwe.io.text import (Boundary, RankScan, ScanStats, TextOptions, TokenTable, describe_source,
-    find_boundaries, scan_rank)
+from mpidwe.io.text import Boundary, ScanStats, TextOptions, describe_source, find_boundaries, scan_rank
+from mpidwe.preprocess.scan import RankScan
+from mpidwe.preprocess.tokens import TokenTable, pack
 
 PIECES = ["a", "B", "word", "Word", "Ünï", "ΟΔΟΣ", "ΣΑΣ", "東京", "\u212a", "İ", "ß", "ǅ", " ", "  ", "\n", "\n\n",
           "\t", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", "\x00", "\x7f", "\u3000", "\xa0", "\x85", "\u2028",
@@ -106,15 +107,9 @@ def test_one_line_longer_than_a_block_and_a_doc_tag_across_blocks(tmp_path):
 def test_token_table_grows_and_finds_every_word():
     words = [f"w{i}".encode() * (1 + i % 7) for i in range(50000)]
     t = TokenTable(types=16, arena=16)
-    ids = t.add_all(*_pack(words))
+    ids = t.add_all(*pack(words))
     assert ids.tolist() == list(range(len(words))) and t.words() == words
-    assert t.lookup_all(*_pack([b"w3" * 4, b"nope", words[-1]])).tolist() == [3, -1, len(words) - 1]
-
-
-def _pack(words):
-    from mpidwe.io.text import _pack as pack
-
-    return pack(words)
+    assert t.lookup_all(*pack([b"w3" * 4, b"nope", words[-1]])).tolist() == [3, -1, len(words) - 1]
 
 
 CASES = [

@@ -15,8 +15,8 @@ as a continuation, so the bytes before the cut decode the same alone as with wha
 follows, and a multi-byte space is never split between two ranges or two blocks.
 
 Two implementations give the same tokens: ``scan_range``/``tokenize`` below, readable and
-slow (the reference), and ``RankScan``, which runs the compiled kernels of
-kernels/tokenize.py over whole blocks (the default of preprocessing).
+slow (the reference), and preprocess/scan.py's ``RankScan``, which runs the compiled
+kernels of kernels/tokenize.py over whole blocks (the default of preprocessing).
 
 Line rules (identical whatever the rank count):
 - a file end is a line end;
@@ -34,8 +34,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
-
-import numpy as np
 
 from ..core.errors import InputError
 from .fsutil import reason
@@ -114,7 +112,8 @@ def open_reader(source: "Source") -> BinaryIO:
     return open_source(source.path, source.compression)
 
 
-def _read(fh: BinaryIO, n: int, path: str) -> bytes:
+def read_or_fail(fh: BinaryIO, n: int, path: str) -> bytes:
+    """``fh.read(n)``; a corrupt or truncated compressed stream is an InputError naming ``path``."""
     try:
         return fh.read(n)
     except READ_ERRORS as e:
@@ -144,7 +143,7 @@ def describe_source(path: str, *, sized: bool = True, spool: str | None = None) 
         try:
             with open_source(path, compression) as fh:
                 while True:
-                    chunk = _read(fh, 8 << 20, path)
+                    chunk = read_or_fail(fh, 8 << 20, path)
                     if not chunk:
                         break
                     size += len(chunk)
@@ -210,37 +209,41 @@ def find_boundaries(sources: list[Source], world_size: int) -> list[Boundary]:
                 continue
             if i not in handles:
                 handles[i] = open_reader(sources[i])
-            fh = handles[i]
-            fh.seek(local - 1)
-            window = _read(fh, DOC_LINE_MAX + 1, sources[i].path)
-            prev, window = window[:1], window[1:]
-            if prev == b"\n":
-                out.append(Boundary(nominal, True))
-                continue
-            nl = window.find(b"\n")
-            if nl >= 0:
-                out.append(Boundary(nominal + nl + 1, True))
-                continue
-            pos = nominal + len(window)
-            found, after = _first_whitespace(window)
-            while found < 0 and pos < starts[i + 1]:
-                window = _read(fh, 1 << 20, sources[i].path)
-                if not window:
-                    break
-                found, after = _first_whitespace(window)
-                if found < 0:
-                    pos += len(window)
-                else:
-                    nominal = pos
-            if found < 0:
-                out.append(Boundary(starts[i + 1], True))
-            else:
-                out.append(Boundary(nominal + after, window[found:found + 1] == b"\n"))
+            out.append(_boundary_after(handles[i], sources[i].path, nominal, local, starts[i + 1]))
     finally:
         for fh in handles.values():
             fh.close()
     out.append(Boundary(total, True))
     return out
+
+
+def _boundary_after(fh: BinaryIO, path: str, nominal: int, local: int, source_end: int) -> Boundary:
+    """The boundary at or after byte ``nominal`` of the byte space, byte ``local`` (> 0) of
+    the source open as ``fh`` (``path``), which ends at ``source_end``: just after the next
+    newline within DOC_LINE_MAX bytes, else just after the next whitespace, else at the
+    source's end."""
+    fh.seek(local - 1)
+    window = read_or_fail(fh, DOC_LINE_MAX + 1, path)
+    prev, window = window[:1], window[1:]
+    if prev == b"\n":
+        return Boundary(nominal, True)
+    nl = window.find(b"\n")
+    if nl >= 0:
+        return Boundary(nominal + nl + 1, True)
+    pos = nominal + len(window)
+    found, after = _first_whitespace(window)
+    while found < 0 and pos < source_end:
+        window = read_or_fail(fh, 1 << 20, path)
+        if not window:
+            break
+        found, after = _first_whitespace(window)
+        if found < 0:
+            pos += len(window)
+        else:
+            nominal = pos
+    if found < 0:
+        return Boundary(source_end, True)
+    return Boundary(nominal + after, window[found:found + 1] == b"\n")
 
 
 def _first_whitespace(buf: bytes) -> tuple[int, int]:
@@ -253,7 +256,7 @@ def _first_whitespace(buf: bytes) -> tuple[int, int]:
     return min(hits) if hits else (-1, -1)
 
 
-def _last_whitespace_end(buf: bytes) -> int:
+def last_whitespace_end(buf: bytes) -> int:
     """The offset just after the last ASCII whitespace byte in ``buf``, else just after the
     last whole Unicode space (looked for only then: a block of text with no ASCII
     whitespace, such as Chinese or Japanese text); -1 if there is neither."""
@@ -319,14 +322,14 @@ def _pieces(fh: BinaryIO, path: str, start: int, end: int, block: int) -> Iterat
     fh.seek(start)
     pos, carry = start, b""
     while pos < end:
-        data = _read(fh, min(block, end - pos), path)
+        data = read_or_fail(fh, min(block, end - pos), path)
         if not data:
             raise InputError(f"{path} ended early (changed while reading?)")
         pos += len(data)
         data = carry + data
         carry = b""
         if pos < end:
-            cut = _last_whitespace_end(data)
+            cut = last_whitespace_end(data)
             if cut < 0:          # one token longer than a block: keep reading
                 carry = data
                 continue
@@ -397,251 +400,3 @@ def scan_rank(sources: list[Source], lo: Boundary, hi: Boundary, opts: TextOptio
             line_start = lo.line_start if a == lo.offset else True
             yield from scan_range(src, a - base, b - base, line_start, opts, stats)
         base += src.size
-
-
-# ------------------------------------------------------------------ the compiled path
-# The default of preprocessing: the same tokens, line ends and statistics as scan_range and
-# tokenize above (the readable reference, which the tests compare it with), from numba
-# kernels (kernels/tokenize.py) that hash the token bytes into a TokenTable block by block.
-
-class TokenTable:
-    """Distinct tokens (bytes) -> dense ids in order of first sight, with their counts."""
-
-    def __init__(self, types: int = 1 << 14, arena: int = 1 << 18):
-        self.slots = np.zeros(_pow2(2 * types), dtype=np.int64)
-        self.hashes = np.zeros(types, dtype=np.uint64)
-        self.starts = np.zeros(types, dtype=np.int64)
-        self.lens = np.zeros(types, dtype=np.int64)
-        self.counts = np.zeros(types, dtype=np.int64)
-        self.arena = np.zeros(arena, dtype=np.uint8)
-        self.meta = np.zeros(2, dtype=np.int64)
-        self._tok = np.zeros(1 << 16, dtype=np.uint8)
-
-    def __len__(self) -> int:
-        return int(self.meta[0])
-
-    def arrays(self):
-        """(arena, starts, lens, counts) of the tokens, for sending or merging."""
-        n = len(self)
-        return self.arena[: int(self.meta[1])], self.starts[:n], self.lens[:n], self.counts[:n]
-
-    def words(self, ids=None) -> list[bytes]:
-        arena, starts, lens = self.arena, self.starts, self.lens
-        ids = range(len(self)) if ids is None else ids
-        return [arena[starts[i]: starts[i] + lens[i]].tobytes() for i in ids]
-
-    def tok_buffer(self, n: int) -> np.ndarray:
-        if len(self._tok) < n:
-            self._tok = np.zeros(_pow2(n), dtype=np.uint8)
-        return self._tok
-
-    def grow(self, token_bytes: int) -> None:
-        """Room for at least one more type of ``token_bytes`` bytes (called when a kernel
-        returned NEED_ROOM: the types, the slots or the arena were full)."""
-        from ..kernels.tokenize import rehash
-
-        n, used = len(self), int(self.meta[1])
-        if n + 1 > len(self.hashes):
-            cap = 2 * len(self.hashes)
-            for name in ("hashes", "starts", "lens", "counts"):
-                old = getattr(self, name)
-                new = np.zeros(cap, dtype=old.dtype)
-                new[:n] = old[:n]
-                setattr(self, name, new)
-        if 2 * (n + 1) > len(self.slots):
-            self.slots = np.zeros(2 * len(self.slots), dtype=np.int64)
-            rehash(self.slots, self.hashes, n)
-        if used + token_bytes > len(self.arena):
-            new = np.zeros(_pow2(max(2 * len(self.arena), used + token_bytes)), dtype=np.uint8)
-            new[:used] = self.arena[:used]
-            self.arena = new
-
-    def add_all(self, arena, starts, lens) -> np.ndarray:
-        """Add another table's tokens; their ids here (int32)."""
-        from ..kernels.tokenize import intern_all
-
-        out = np.empty(len(lens), dtype=np.int32)
-        tok = self.tok_buffer(int(lens.max()) if len(lens) else 1)
-        i = 0
-        while i < len(lens):
-            i = intern_all(arena, starts, lens, tok, self.slots, self.hashes, self.starts, self.lens,
-                           self.arena, self.meta, out, i)
-            if i < len(lens):
-                self.grow(int(lens[i]))
-        return out
-
-    def lookup_all(self, arena, starts, lens) -> np.ndarray:
-        """The ids here of another table's tokens, -1 where absent (int32)."""
-        from ..kernels.tokenize import lookup_all
-
-        out = np.empty(len(lens), dtype=np.int32)
-        lookup_all(arena, starts, lens, self.slots, self.starts, self.lens, self.arena, out)
-        return out
-
-    @classmethod
-    def from_words(cls, words: list[bytes]) -> "TokenTable":
-        """A table holding ``words`` (distinct) with ids in their order."""
-        arena = np.frombuffer(b"".join(words), dtype=np.uint8)
-        lens = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-        starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64) if words else lens.copy()
-        t = cls(types=max(16, len(words)), arena=max(16, len(arena)))
-        t.add_all(arena, starts, lens)
-        return t
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(4, int(n - 1).bit_length())
-
-
-_SPACES = None
-
-
-def _space_table() -> np.ndarray:
-    global _SPACES
-    if _SPACES is None:
-        from ..kernels.tokenize import space_table
-
-        _SPACES = space_table()
-    return _SPACES
-
-
-class RankScan:
-    """Pass 1 of one rank with the compiled tokenizer: every token of the rank's range is
-    looked up in ``table`` (and counted there); its raw id goes to ``sink`` (a callable
-    taking an int32 array), and the raw-token index at which each line starts to
-    ``line_ends``. ``stats`` as ScanStats; ``sizes`` the bytes read of each source scanned
-    to its end without a known size."""
-
-    def __init__(self, opts: TextOptions, sink):
-        self.opts = opts
-        self.sink = sink
-        self.table = TokenTable()
-        self.line_ends: list[np.ndarray] = []
-        self.n_raw = 0
-        self._stats = np.zeros(3, dtype=np.int64)
-        self.sizes: dict[int, int] = {}
-
-    @property
-    def stats(self) -> ScanStats:
-        return ScanStats(raw_tokens=int(self._stats[0]), invalid_utf8=int(self._stats[1]),
-                         doc_lines=int(self._stats[2]))
-
-    def scan(self, sources: list[Source], lo: Boundary, hi: Boundary) -> None:
-        """Tokens of the concatenated byte range [lo, hi) over all sources (as scan_rank).
-        A source whose size is None (a compressed input not sized first: one rank only) is
-        read to its end, and its size noted in ``sizes``."""
-        base = 0
-        for i, src in enumerate(sources):
-            if src.size is None:
-                self.sizes[i] = self._range(src, 0, None, True)
-                continue
-            a, b = max(lo.offset, base), min(hi.offset, base + src.size)
-            if a < b:
-                self._range(src, a - base, b - base, lo.line_start if a == lo.offset else True)
-            base += src.size
-
-    def _range(self, source: Source, start: int, end: int | None, line_start: bool) -> int:  # noqa: C901
-        """One source's bytes [start, end) (end None: to the end of the file); returns the
-        bytes read. Blocks are cut after their last newline, else after their last
-        whitespace; a line that may be a doc tag is kept whole (up to DOC_LINE_MAX)."""
-        opts = self.opts
-        block = opts.block_bytes
-        with open_reader(source) as fh:
-            fh.seek(start)
-            pos, carry = start, b""
-            while True:
-                want = block if end is None else min(block, end - pos)
-                data = _read(fh, want, source.path) if want > 0 else b""
-                if end is not None and want > 0 and not data:
-                    raise InputError(f"{source.path} ended early (changed while reading?)")
-                pos += len(data)
-                final = (pos >= end) if end is not None else not data
-                if carry:
-                    data, carry = carry + data, b""
-                if not final:
-                    cut = data.rfind(b"\n") + 1
-                    if cut == 0:
-                        # one line longer than the block: it may be cut at a whitespace, unless it
-                        # may still turn out to be a doc tag line
-                        if line_start and opts.strip_doc_tags and len(data) < DOC_LINE_MAX and \
-                                _may_be_doc_tag(data):
-                            carry = data
-                            continue
-                        cut = _last_whitespace_end(data)
-                        if cut < 0:          # one token longer than a block: keep reading
-                            carry = data
-                            continue
-                    if cut < len(data):
-                        data, carry = data[:cut], data[cut:]
-                line_start = self._block(data, line_start, final and (end is None or end == source.size))
-                if final:
-                    break
-        if (end is None and pos > 0) or (end is not None and end == source.size and end > start):
-            self.line_ends.append(np.array([self.n_raw], dtype=np.int64))  # a file end ends its line
-        return pos
-
-    def _block(self, data: bytes, line_start: bool, at_eof: bool) -> bool:
-        from ..kernels.tokenize import OK, scan_block
-
-        if not data:
-            return line_start
-        opts, t = self.opts, self.table
-        buf = np.frombuffer(data, dtype=np.uint8)
-        ids = np.empty(len(data) // 2 + 2, dtype=np.int32)
-        ends = np.empty(data.count(b"\n") + 1, dtype=np.int64)
-        tok = t.tok_buffer(3 * len(data) + 8)
-        p = n_ids = n_lines = 0
-        while True:
-            status, p, n_ids, n_lines, line_start = scan_block(
-                buf, p, opts.normalize == "text8", opts.lowercase, opts.strip_doc_tags, line_start, at_eof,
-                _space_table(), tok, t.slots, t.hashes, t.starts, t.lens, t.counts, t.arena, t.meta,
-                ids, n_ids, ends, n_lines, self.n_raw, self._stats)
-            if status == OK:
-                break
-            t.grow(3 * (len(data) - p) + 8)
-        if n_lines:
-            self.line_ends.append(ends[:n_lines].copy())
-        if n_ids:
-            self.sink(ids[:n_ids])
-        self.n_raw += n_ids
-        return line_start
-
-    def canonical(self):
-        """(table of distinct tokens, raw id -> its id) after the Unicode part of
-        ``lowercase`` (the kernel lowers ASCII only): a token with other characters is
-        decoded, lowered with str.lower and encoded again, which may merge types (the
-        Kelvin sign K lowers to k). Whitespace never lowers to anything else or from
-        anything else, and str.lower's context rule (final sigma) stops at it, so lowering
-        each token is lowering the line."""
-        t = self.table
-        raw_ids = np.arange(len(t), dtype=np.int32)
-        if not (self.opts.lowercase and self.opts.normalize != "text8"):
-            return t, raw_ids
-        arena, starts, lens, counts = t.arrays()
-        high = np.flatnonzero(arena >= 0x80)
-        if not len(high):
-            return t, raw_ids
-        which = np.unique(np.searchsorted(starts, high, side="right") - 1)
-        words = t.words()
-        for i in which.tolist():
-            words[i] = words[i].decode("utf-8").lower().encode("utf-8")
-        canon = TokenTable.from_words(list(dict.fromkeys(words)))
-        remap = canon.lookup_all(*_pack(words))
-        canon.counts[: len(canon)] = np.bincount(remap, weights=counts, minlength=len(canon)).astype(np.int64)
-        return canon, remap
-
-
-def _pack(words: list[bytes]):
-    """(arena, starts, lens) of a list of byte strings."""
-    arena = np.frombuffer(b"".join(words), dtype=np.uint8)
-    lens = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    starts = np.zeros(len(words), dtype=np.int64)
-    if len(words) > 1:
-        np.cumsum(lens[:-1], out=starts[1:])
-    return arena, starts, lens
-
-
-def _may_be_doc_tag(data: bytes) -> bool:
-    """Whether a line starting with ``data`` (no newline in it yet) may be a doc tag line."""
-    s = data.lstrip()
-    return len(s) < 6 or s.startswith((b"<doc", b"</doc"))

@@ -8,7 +8,8 @@ tests compare it with):
   are decoded as UTF-8 where every invalid sequence, as CPython's decoder delimits it,
   becomes U+FFFD (EF BF BD) and is counted; tokens split at every character for which
   ``str.isspace()`` is true; with ``lower``, A-Z become a-z here and other characters are
-  lowered per distinct token afterwards (``str.lower`` needs Unicode tables: see text.py);
+  lowered per distinct token afterwards (``str.lower`` needs Unicode tables: see
+  preprocess/scan.py, ``RankScan.canonical``);
 * mode ``text8``: every byte outside a-z and A-Z is a space, A-Z become a-z; invalid UTF-8
   sequences are counted all the same;
 * with ``strip_doc``, a line that starts at a line start and is a WikiExtractor tag
@@ -19,9 +20,14 @@ The token table maps token bytes to dense ids in order of first sight: open addr
 A call that runs out of room returns ``NEED_ROOM`` and where it stopped (the start of the
 token it could not store, nothing of which was counted yet); the caller grows the arrays
 and calls again from there. All compiled functions are cached on disk (``cache=True``).
+The arrays and flags travel in small named tuples (``TableArrays``, ``ScanFlags``,
+``ScanOut``, ``Cursor``), which numba passes as plain structs (the scan's speed is that of
+separate arguments, measured).
 """
 
 from __future__ import annotations
+
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
@@ -124,10 +130,26 @@ def _is_doc_tag(buf, a, e):
         and buf[a + 4] == 99 and buf[a + 5] == 62                    # </doc>
 
 
+# The arrays of a token table, as the kernels take them (``TokenTable.kernel_arrays``):
+# the slots, per type its hash, arena start, length and count, the bytes of all types,
+# meta[N_TYPES, ARENA_USED], and ``tok``, scratch room for one token's bytes.
+TableArrays = namedtuple("TableArrays", "slots hashes starts lens counts arena meta tok")
+# The options of a scan (``mode`` above): bools, and ``is_space`` from space_table().
+ScanFlags = namedtuple("ScanFlags", "text8 lower strip_doc is_space")
+# Where scan_block writes: token ids, line ends (raw-token indices: ``id_base`` + index in
+# ``ids``) and the stats[RAW_TOKENS, INVALID_UTF8, DOC_LINES] it adds to.
+ScanOut = namedtuple("ScanOut", "ids line_ends stats id_base")
+# Where a scan_block call starts and where it stopped: the position in the buffer, ids and
+# line ends written so far, and whether the position starts a line.
+Cursor = namedtuple("Cursor", "p n_ids n_lines line_start")
+
+
 @njit(inline="always")
-def _find(tok, m, h, slots, lens, starts, arena):
-    """(slot, type id or -1) of token ``tok[:m]`` with hash ``h``. A slot holds the upper
-    32 bits of the hash and 1 + the type id (0: empty), so a probe reads one array."""
+def _find(tok, m, h, table):
+    """(slot, type id or -1) of token ``tok[:m]`` with hash ``h`` in ``table``. A slot holds
+    the upper 32 bits of the hash and 1 + the type id (0: empty), so a probe reads one
+    array."""
+    slots, lens, starts, arena = table.slots, table.lens, table.starts, table.arena
     mask = len(slots) - 1
     tag = np.int64(h >> np.uint64(32)) << 32
     i = np.int64(h & np.uint64(mask))
@@ -148,32 +170,24 @@ def _find(tok, m, h, slots, lens, starts, arena):
 
 
 @njit(cache=True)
-def _insert(tok, m, h, i, slots, hashes, starts, lens, arena, meta):
+def _insert(tok, m, h, i, table):
     """Add a new token at empty slot ``i`` (found by _find); its id, or -1 when the table
     needs room. Called as ``i, t = _find(..); if t < 0: t = _insert(..)``: a lookup and
     insert in one inlined function with two returns compiled to code 4x slower per token."""
+    meta = table.meta
     n = meta[N_TYPES]
     used = meta[ARENA_USED]
-    if n >= len(hashes) or 2 * (n + 1) > len(slots) or used + m > len(arena):
+    if n >= len(table.hashes) or 2 * (n + 1) > len(table.slots) or used + m > len(table.arena):
         return -1
     for k in range(m):
-        arena[used + k] = tok[k]
-    slots[i] = (np.int64(h >> np.uint64(32)) << 32) | (n + 1)
-    hashes[n] = h
-    starts[n] = used
-    lens[n] = m
+        table.arena[used + k] = tok[k]
+    table.slots[i] = (np.int64(h >> np.uint64(32)) << 32) | (n + 1)
+    table.hashes[n] = h
+    table.starts[n] = used
+    table.lens[n] = m
     meta[N_TYPES] = n + 1
     meta[ARENA_USED] = used + m
     return n
-
-
-@njit(cache=True)
-def intern(tok, m, h, slots, hashes, starts, lens, arena, meta):
-    """The id of token ``tok[:m]`` (hash ``h``), added if new; -1 when the table needs room."""
-    i, t = _find(tok, m, h, slots, lens, starts, arena)
-    if t < 0:
-        t = _insert(tok, m, h, i, slots, hashes, starts, lens, arena, meta)
-    return t
 
 
 @njit(cache=True)
@@ -196,118 +210,106 @@ def hash_bytes(buf, a, m):
     return h
 
 
-@njit(cache=True, nogil=True)
-def scan_block(buf, p, text8, lower, strip_doc, line_start, at_eof, is_space, tok,
-               slots, hashes, starts, lens, counts, arena, meta,
-               ids, n_ids, line_ends, n_lines, id_base, stats):
-    """Tokens of ``buf[p:]`` into ``ids[n_ids:]`` (table ids, each counted in ``counts``)
-    and, for every newline, the raw-token index (``id_base`` + position in ``ids``) where
-    the next line starts into ``line_ends[n_lines:]``.
+_FFFD = (0xEF, 0xBF, 0xBD)   # U+FFFD in UTF-8: what an invalid sequence becomes in a token
 
-    ``line_start``: ``buf[p]`` starts a line (a doc tag check is due). ``at_eof``: the
-    buffer ends its file, so a last line without a newline is whole; otherwise a line
-    running past the end of the buffer is known not to be a tag (the caller makes sure).
-    Returns (status, position, n_ids, n_lines, line_start)."""
-    n = len(buf)
-    raw = 0
-    invalid = 0
-    docs = 0
+
+# The helpers of scan_block below have no loop (but _doc_tag_end, called once a line): an
+# inlined helper with a loop that takes arrays and runs once a token or character took and
+# dropped references to them each time, and made the scan 1.5-2x slower (measured).
+@njit(inline="always")
+def _is_separator(cp, text8, is_space):
+    """Whether the character ``cp`` (-1: an invalid sequence) separates tokens."""
+    if text8:
+        return not (97 <= cp <= 122 or 65 <= cp <= 90)
+    return 0 <= cp <= 32 or cp == 127 or (0x80 <= cp < 0x10000 and is_space[cp] != 0)
+
+
+@njit(inline="always")
+def _ascii_in_token(b, text8, lower):
+    """The byte that ASCII ``b`` adds to a token, or -1 if it ends the token."""
+    if text8:
+        if 97 <= b <= 122:
+            return np.int64(b)
+        if 65 <= b <= 90:
+            return np.int64(b + 32)
+        return np.int64(-1)
+    if b <= 32 or b == 127:
+        return np.int64(-1)
+    return np.int64(b + 32 if lower and 65 <= b <= 90 else b)
+
+
+@njit(inline="always")
+def _doc_tag_end(buf, p, n, at_eof):
+    """The end of the line that starts at ``p`` if it is a doc tag line, else -1 (a line
+    running past the buffer's end is no tag unless the buffer ends its file)."""
+    e = p
+    while e < n and buf[e] != 10:
+        e += 1
+    if (e < n or at_eof) and _is_doc_tag(buf, p, e):
+        return e
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def scan_block(buf, at_eof, flags, table, out, at):
+    """Tokens of ``buf[at.p:]`` into ``out.ids[at.n_ids:]`` (table ids, counted in ``table``)
+    and, for every newline, the raw-token index where the next line starts into
+    ``out.line_ends[at.n_lines:]``. ``at.line_start``: a doc tag check is due at ``at.p``.
+    ``at_eof``: the buffer ends its file (a last line without a newline is whole; else a
+    line running past its end is known not to be a tag). Returns (status, Cursor where it
+    stopped: with NEED_ROOM, at the token that did not fit, nothing of which was counted)."""
+    text8, lower, strip_doc, is_space = flags
+    tok, n = table.tok, len(buf)
+    p, n_ids, n_lines, line_start = at
+    raw = invalid = docs = 0
     while p < n:
-        if line_start:
-            line_start = False
-            if strip_doc:
-                e = p
-                while e < n and buf[e] != 10:
-                    e += 1
-                if (e < n or at_eof) and _is_doc_tag(buf, p, e):
-                    docs += 1
-                    p = e
-                    continue
-        b = buf[p]
-        if b == 10:
-            line_ends[n_lines] = id_base + n_ids
-            n_lines += 1
-            line_start = True
-            p += 1
+        e = _doc_tag_end(buf, p, n, at_eof) if line_start and strip_doc else -1
+        line_start = False
+        if e >= 0:           # a doc tag line, dropped
+            docs, p = docs + 1, e
             continue
-        # separators
-        if text8:
-            if b >= 0x80:
-                cp, k = _char(buf, p, n)
-                if cp < 0:
-                    invalid += 1
-                p += k
-                continue
-            if not (97 <= b <= 122 or 65 <= b <= 90):
-                p += 1
-                continue
-        else:
-            if b < 0x80:
-                if b <= 32 or b == 127:
-                    p += 1
-                    continue
-            else:
-                cp, k = _char(buf, p, n)
-                if cp >= 0 and cp < 0x10000 and is_space[cp]:
-                    p += k
-                    continue
-        # a token starts at p: build its bytes in tok
-        start = p
-        m = 0
-        bad = 0
-        h = _FNV_OFFSET
-        while p < n:
+        if buf[p] == 10:
+            out.line_ends[n_lines] = out.id_base + n_ids
+            n_lines, line_start, p = n_lines + 1, True, p + 1
+            continue
+        cp, k = _char(buf, p, n)
+        if _is_separator(cp, text8, is_space):
+            invalid += text8 and cp < 0      # text8 counts the invalid sequences it drops
+            p += k
+            continue
+        start, m, bad, h = p, 0, 0, _FNV_OFFSET
+        while p < n:         # the token's bytes, as stored, into tok[:m]
             b = buf[p]
             if b < 0x80:
-                if text8:
-                    if 97 <= b <= 122:
-                        c = b
-                    elif 65 <= b <= 90:
-                        c = b + 32
-                    else:
-                        break
-                else:
-                    if b <= 32 or b == 127:
-                        break
-                    c = b + 32 if lower and 65 <= b <= 90 else b
+                c = _ascii_in_token(b, text8, lower)
+                if c < 0:
+                    break
                 tok[m] = c
                 h = (h ^ np.uint64(c)) * _FNV_PRIME
-                m += 1
-                p += 1
+                m, p = m + 1, p + 1
                 continue
             if text8:
                 break
             cp, k = _char(buf, p, n)
-            if cp < 0:
-                bad += 1
-                tok[m] = 0xEF
-                tok[m + 1] = 0xBF
-                tok[m + 2] = 0xBD
-                for j in range(3):
-                    h = (h ^ np.uint64(tok[m + j])) * _FNV_PRIME
-                m += 3
-            else:
-                if cp < 0x10000 and is_space[cp]:
-                    break
-                for j in range(k):
-                    c = buf[p + j]
-                    tok[m + j] = c
-                    h = (h ^ np.uint64(c)) * _FNV_PRIME
-                m += k
-            p += k
-        i, t = _find(tok, m, h, slots, lens, starts, arena)
+            if 0 <= cp < 0x10000 and is_space[cp]:
+                break
+            for j in range(3 if cp < 0 else k):
+                c = _FFFD[j] if cp < 0 else buf[p + j]
+                tok[m + j] = c
+                h = (h ^ np.uint64(c)) * _FNV_PRIME
+            bad += cp < 0
+            m, p = m + (3 if cp < 0 else k), p + k
+        i, t = _find(tok, m, h, table)
         if t < 0:
-            t = _insert(tok, m, h, i, slots, hashes, starts, lens, arena, meta)
+            t = _insert(tok, m, h, i, table)
         if t < 0:
-            _add_stats(stats, raw, invalid, docs)
-            return NEED_ROOM, start, n_ids, n_lines, False
-        counts[t] += 1
-        ids[n_ids] = t
-        n_ids += 1
-        raw += 1
-        invalid += bad
-    _add_stats(stats, raw, invalid, docs)
-    return OK, p, n_ids, n_lines, line_start
+            _add_stats(out.stats, raw, invalid, docs)
+            return NEED_ROOM, Cursor(start, n_ids, n_lines, False)
+        table.counts[t] += 1
+        out.ids[n_ids] = t
+        n_ids, raw, invalid = n_ids + 1, raw + 1, invalid + bad
+    _add_stats(out.stats, raw, invalid, docs)
+    return OK, Cursor(p, n_ids, n_lines, line_start)
 
 
 @njit(inline="always")
@@ -318,18 +320,20 @@ def _add_stats(stats, raw, invalid, docs):
 
 
 @njit(cache=True)
-def intern_all(arena_in, starts_in, lens_in, tok, slots, hashes, starts, lens, arena, meta, out, i0):
-    """Add tokens i0.. of another table (its arena, starts, lens) to this one; their ids
-    into ``out``. Returns where it stopped (len(lens_in) when done, earlier when the table
-    needs room)."""
+def intern_all(words, table, out, i0):
+    """Add tokens i0.. of another table (``words``: its arena, starts, lens) to ``table``;
+    their ids into ``out``. Returns where it stopped (len(lens) when done, earlier when the
+    table needs room)."""
+    arena_in, starts_in, lens_in = words
+    tok = table.tok
     for i in range(i0, len(lens_in)):
         a, m = starts_in[i], lens_in[i]
         for k in range(m):
             tok[k] = arena_in[a + k]
         h = hash_bytes(arena_in, a, m)
-        j, t = _find(tok, m, h, slots, lens, starts, arena)
+        j, t = _find(tok, m, h, table)
         if t < 0:
-            t = _insert(tok, m, h, j, slots, hashes, starts, lens, arena, meta)
+            t = _insert(tok, m, h, j, table)
         if t < 0:
             return i
         out[i] = t
@@ -337,11 +341,13 @@ def intern_all(arena_in, starts_in, lens_in, tok, slots, hashes, starts, lens, a
 
 
 @njit(cache=True)
-def lookup_all(arena_in, starts_in, lens_in, slots, starts, lens, arena, out):
-    """The ids of another table's tokens in this one, -1 where absent."""
+def lookup_all(words, table, out):
+    """The ids in ``table`` of another table's tokens (``words``: its arena, starts, lens),
+    -1 where absent."""
+    arena_in, starts_in, lens_in = words
     for q in range(len(lens_in)):
         a, m = starts_in[q], lens_in[q]
-        out[q] = _find(arena_in[a:a + m], m, hash_bytes(arena_in, a, m), slots, lens, starts, arena)[1]
+        out[q] = _find(arena_in[a:a + m], m, hash_bytes(arena_in, a, m), table)[1]
 
 
 @njit(cache=True)
