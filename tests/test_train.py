@@ -39,7 +39,10 @@ def test_serial_run_is_deterministic_and_writes_outputs(demo, tmp_path):
     assert lines and lines[-1]["words"] == a.words_total
     for key in ("step", "words", "loss", "lr", "words_per_s", "comm_bytes", "comm_seconds"):
         assert key in lines[-1]
-    assert lines[-1]["loss"] < lines[0]["loss"] or len(lines) == 1
+    # one line per sync round (6 here: 297k words, --sync-every 50k), and the loss falls:
+    # 4.09 on the first round, 2.72 on the last (measured)
+    assert len(lines) == lines[-1]["rounds"] >= 5, [m["step"] for m in lines]
+    assert lines[-1]["loss"] < 0.8 * lines[0]["loss"], [m["loss"] for m in lines]
     gensim = pytest.importorskip("gensim")
     kv = gensim.models.KeyedVectors.load_word2vec_format(str(run_dir / "vectors.txt"))
     assert kv.vector_size == 32 and len(kv.index_to_key) == len(a.words)
@@ -111,17 +114,34 @@ def test_config_file_gives_options_and_flags_override(tmp_path):
 
 
 def test_evaluation_during_training_logs_every_metric(demo, tmp_path):
+    from mpidwe.evaluate.pip import pip_report
+    from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
+
     # sample 1e-3: on 300k tokens, 1e-4 drops most of the planted relation markers
-    res = train(small(demo, tmp_path / "ev", epochs=2, eval_every=200_000, eval_pip=True, sample=1e-3,
-                      eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),)),
-                Comm.serial(), log=None)
+    cfg = small(demo, tmp_path / "ev", epochs=2, eval_every=200_000, eval_pip=True, sample=1e-3,
+                eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),))
+    res = train(cfg, Comm.serial(), log=None)
     evals = [m["eval"] for m in res.metrics if "eval" in m]
     assert len(evals) >= 3
     last = evals[-1]
     assert last["sim:demo-similarity.tsv"] > 0.6
     assert last["analogy:demo-analogies.txt"] > 0.9   # the planted analogies are learnt
-    assert 0 < last["pip_normalized"] < evals[0]["pip_normalized"] or last["pip"] > 0
     assert (demo / "corpus.h5.sppmi.h5").exists()    # the reference is cached beside the corpus
+    # PIP against the SPPMI reference, normalised (0: the same up to rotation and scale,
+    # sqrt 2: unrelated). Measured on this corpus: 0.997 at the first evaluation, 0.980 at
+    # the end (seeds 1, 2, 3 alike); a random embedding 1.40; the trained vectors with their
+    # rows shuffled (each word given another word's vector) 1.21
+    ref = reference_embedding(cfg.corpus, ReferenceSpec(window=cfg.window, negatives=cfg.negative, dim=cfg.dim,
+                                                        top_n=min(cfg.eval_restrict_vocab, len(res.words))))
+    n = len(ref.words)
+    assert list(ref.words) == res.words[:n]
+    trained = pip_report(res.w_in[:n], ref.vectors)["normalized"]
+    assert last["pip_normalized"] == pytest.approx(trained, rel=1e-6)     # the logged number is this one
+    rng = np.random.default_rng(0)
+    shuffled = pip_report(res.w_in[:n][rng.permutation(n)], ref.vectors)["normalized"]
+    random = pip_report(rng.standard_normal((n, cfg.dim)), ref.vectors)["normalized"]
+    assert last["pip_normalized"] < evals[0]["pip_normalized"], [e["pip_normalized"] for e in evals]
+    assert trained < 1.05 and trained < shuffled - 0.15 and trained < random - 0.3, (trained, shuffled, random)
 
 
 @pytest.mark.mpi
