@@ -76,6 +76,7 @@ def error_lines(stderr: str) -> list[str]:
 # (the other ranks may wait in a collective it will never join), and a rank still running
 # at 80% of the test's time limit prints every thread's stack and exits, which ends the job;
 # the serial pytest's own limit (pytest-timeout) then kills mpiexec if anything is left.
+# The suite also runs inside one job: mpiexec -n 2 python -m pytest -m "parallel[match]" tests/mpi
 
 MPI_TEST_TIMEOUT = 120      # seconds, for a parallel test without its own timeout mark
 ABORT_BANNER = "aborting the job"
