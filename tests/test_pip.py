@@ -1,6 +1,5 @@
-"""PIP loss and the SPPMI reference against dense computations, on tiny seeded data."""
-
-import json
+"""PIP loss and the SPPMI reference against dense computations, on tiny seeded data (on several
+ranks: tests/mpi/test_mpi_pip.py)."""
 
 import h5py
 import numpy as np
@@ -15,8 +14,6 @@ from mpidwe.io import refcache
 from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
 from mpidwe.io.formats import reseal
 from mpidwe.preprocess import run as preprocess
-
-from conftest import run_mpi
 
 SPEC = ReferenceSpec(window=3, negatives=2, dim=4, top_n=30, alpha=0.5)
 
@@ -221,39 +218,3 @@ def test_reference_spec_is_checked(tmp_path):
         reference_embedding(path, ReferenceSpec(dim=30, top_n=30), cache=False)
     with pytest.raises(InputError, match="corpus not found"):
         reference_embedding(str(tmp_path / "nope.h5"), SPEC)
-
-
-MPI_SCRIPT = """
-import json, sys
-import numpy as np
-from mpidwe.dist.comm import Comm
-from mpidwe.io.corpus import Corpus
-from mpidwe.evaluate import pip, sppmi
-comm = Comm.world()
-assert comm.size == 2
-with Corpus(sys.argv[1]) as c:
-    local = sppmi.count_cooccurrences(c, 3, 30, rank=comm.rank, world_size=comm.size)
-total = sppmi.sum_over_ranks(local, comm, chunk_entries=7)  # many gather rounds
-spec = sppmi.ReferenceSpec(window=3, negatives=2, dim=4, top_n=30)
-ref = sppmi.reference_embedding(sys.argv[1], spec, comm, cache=False)
-e = np.random.default_rng(0).standard_normal((ref.vectors.shape[0], 6))
-rep = pip.pip_report(e, ref.vectors, rank=comm.rank, world_size=comm.size, reduce=comm.allreduce_)
-out = comm.gather(rep)
-if comm.is_root:
-    assert out[0] == out[1]
-    print(json.dumps({"counts": total.toarray().tolist(), "ref": ref.vectors.tolist(), "pip": rep}))
-"""
-
-
-def test_two_ranks_match_serial(tmp_path):
-    path = make_corpus(tmp_path)
-    proc = run_mpi(2, ["-c", MPI_SCRIPT, path], timeout=120)
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    with Corpus(path) as c:
-        np.testing.assert_array_equal(got["counts"], sppmi.count_cooccurrences(c, 3, 30).toarray())
-    ref = reference_embedding(path, SPEC, cache=False)
-    np.testing.assert_allclose(got["ref"], ref.vectors, atol=1e-6)
-    e = np.random.default_rng(0).standard_normal((ref.vectors.shape[0], 6))
-    serial = pip.pip_report(e, ref.vectors)
-    for k in ("pip", "norm", "reference_norm", "normalized"):
-        assert got["pip"][k] == pytest.approx(serial[k], rel=1e-9)

@@ -105,14 +105,14 @@ def digest(run_dir) -> str:
 def test_subword_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks, sync):
     corpus = str(demo / "corpus.h5")
     full, part = tmp_path / "full", tmp_path / "part"
-    run_mpi(ranks, ["tests/mpi/check_train.py", corpus, str(full), sync, *FLAGS], timeout=400)
+    run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(full), "--sync", sync, *FLAGS], timeout=400)
     shutil.copytree(full, part)
     for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
         os.unlink(p)
     mid = checkpoint.load(checkpoint.list_checkpoints(str(part / "checkpoints"))[-1])
     assert not mid.complete and mid.w_in.shape[0] == len(mid.words) + 5000
-    proc = run_mpi(ranks, ["tests/mpi/check_train.py", corpus, str(part), sync, *FLAGS, "--resume", "auto"],
-                   timeout=400)
+    run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(part), "--sync", sync, *FLAGS,
+                    "--resume", "auto"], timeout=400)
     assert digest(part) == digest(full)
     # a subword checkpoint does not continue without subwords, or with other buckets
     for drop, msg in [(["--subwords"], "--subwords is False but the checkpoint has True"),

@@ -1,3 +1,6 @@
+"""The sync rules in one process; tests/mpi/test_mpi_sync.py runs the sync modes on 2 to 4
+ranks."""
+
 import numpy as np
 import pytest
 
@@ -5,8 +8,6 @@ from mpidwe.dist.comm import Comm
 from mpidwe.core.errors import ConfigError
 from mpidwe.dist.replicated import Synchronizer
 from mpidwe.dist.rule import _apply_rows, lr_scale, row_divisors
-
-from conftest import ROOT, run_mpi
 
 
 def test_lr_scale_is_linear_up_to_the_stable_cap():
@@ -66,11 +67,3 @@ def test_serial_sync_clears_masks_and_reports_the_largest_value():
     m[0][1] = 1
     assert s.sync(p, m) == np.inf
 
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 3, 4])
-def test_sync_modes_under_mpi(ranks):
-    """dense == sparse == ring for the same updates, rows divided as documented, and every
-    rank ends bit-identical (tests/mpi/check_sync.py)."""
-    proc = run_mpi(ranks, ["tests/mpi/check_sync.py"], cwd=str(ROOT))
-    assert f"sync ok {ranks}" in proc.stdout

@@ -1,4 +1,5 @@
-"""Training end to end: serial and under mpiexec, every sync mode."""
+"""Training end to end: serial and under mpiexec (tests/mpi/test_mpi_train.py: ranks stay identical in
+every sync mode)."""
 
 import json
 
@@ -9,7 +10,7 @@ from mpidwe.dist.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.train import run as train
 
-from conftest import ROOT, error_lines, make_demo_corpus, run_mpi
+from conftest import error_lines, make_demo_corpus, run_mpi
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,10 @@ def test_serial_run_is_deterministic_and_writes_outputs(demo, tmp_path):
     assert lines and lines[-1]["words"] == a.words_total
     for key in ("step", "words", "loss", "lr", "words_per_s", "comm_bytes", "comm_seconds"):
         assert key in lines[-1]
-    assert lines[-1]["loss"] < lines[0]["loss"] or len(lines) == 1
+    # one line per sync round (6 here: 297k words, --sync-every 50k), and the loss falls:
+    # 4.09 on the first round, 2.72 on the last (measured)
+    assert len(lines) == lines[-1]["rounds"] >= 5, [m["step"] for m in lines]
+    assert lines[-1]["loss"] < 0.8 * lines[0]["loss"], [m["loss"] for m in lines]
     gensim = pytest.importorskip("gensim")
     kv = gensim.models.KeyedVectors.load_word2vec_format(str(run_dir / "vectors.txt"))
     assert kv.vector_size == 32 and len(kv.index_to_key) == len(a.words)
@@ -67,28 +71,6 @@ def test_planted_clusters_are_recovered(demo, tmp_path, model, kernel):
                       lr=0.025 if model == "skipgram" else 0.05), Comm.serial(), log=None)
     purity = cluster_purity(res.w_in, res.words, demo / "demo-clusters.tsv")
     assert purity > 0.8, purity
-
-
-@pytest.mark.mpi
-def test_mpi_sync_modes_identical_params_and_deterministic(demo, tmp_path):
-    corpus = str(demo / "corpus.h5")
-    seen = {}
-    for ranks, sync, extra in [(2, "sparse", []), (2, "dense", []), (2, "average", []),
-                               (3, "dense", ["--allreduce", "ring"]), (3, "sparse", [])]:
-        digests = []
-        for attempt in range(2 if ranks == 2 and sync == "sparse" else 1):
-            out = tmp_path / f"{sync}-{ranks}-{attempt}"
-            proc = run_mpi(ranks, ["tests/mpi/check_train.py", corpus, str(out), sync, "--dim", "16",
-                                   "--sync-every", "20000", *extra], cwd=str(ROOT))
-            digests.append(proc.stdout.split("params ")[1].split()[0])
-            metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-            assert len(metrics[-1]["comm_bytes"]) == ranks and min(metrics[-1]["comm_bytes"]) > 0
-        assert len(set(digests)) == 1, "same seed and rank count must give the same parameters"
-        seen[(ranks, sync, tuple(extra))] = digests[0]
-    # one combining rule, three transports: with 2 ranks every sum has two terms, so the
-    # transport cannot change a bit; 3 ranks train other shards
-    assert seen[(2, "sparse", ())] == seen[(2, "dense", ())] == seen[(2, "average", ())]
-    assert seen[(3, "sparse", ())] != seen[(2, "sparse", ())]
 
 
 @pytest.mark.mpi
@@ -132,17 +114,34 @@ def test_config_file_gives_options_and_flags_override(tmp_path):
 
 
 def test_evaluation_during_training_logs_every_metric(demo, tmp_path):
+    from mpidwe.evaluate.pip import pip_report
+    from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
+
     # sample 1e-3: on 300k tokens, 1e-4 drops most of the planted relation markers
-    res = train(small(demo, tmp_path / "ev", epochs=2, eval_every=200_000, eval_pip=True, sample=1e-3,
-                      eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),)),
-                Comm.serial(), log=None)
+    cfg = small(demo, tmp_path / "ev", epochs=2, eval_every=200_000, eval_pip=True, sample=1e-3,
+                eval_sim=(str(demo / "demo-similarity.tsv"),), eval_analogy=(str(demo / "demo-analogies.txt"),))
+    res = train(cfg, Comm.serial(), log=None)
     evals = [m["eval"] for m in res.metrics if "eval" in m]
     assert len(evals) >= 3
     last = evals[-1]
     assert last["sim:demo-similarity.tsv"] > 0.6
     assert last["analogy:demo-analogies.txt"] > 0.9   # the planted analogies are learnt
-    assert 0 < last["pip_normalized"] < evals[0]["pip_normalized"] or last["pip"] > 0
     assert (demo / "corpus.h5.sppmi.h5").exists()    # the reference is cached beside the corpus
+    # PIP against the SPPMI reference, normalised (0: the same up to rotation and scale,
+    # sqrt 2: unrelated). Measured on this corpus: 0.997 at the first evaluation, 0.980 at
+    # the end (seeds 1, 2, 3 alike); a random embedding 1.40; the trained vectors with their
+    # rows shuffled (each word given another word's vector) 1.21
+    ref = reference_embedding(cfg.corpus, ReferenceSpec(window=cfg.window, negatives=cfg.negative, dim=cfg.dim,
+                                                        top_n=min(cfg.eval_restrict_vocab, len(res.words))))
+    n = len(ref.words)
+    assert list(ref.words) == res.words[:n]
+    trained = pip_report(res.w_in[:n], ref.vectors)["normalized"]
+    assert last["pip_normalized"] == pytest.approx(trained, rel=1e-6)     # the logged number is this one
+    rng = np.random.default_rng(0)
+    shuffled = pip_report(res.w_in[:n][rng.permutation(n)], ref.vectors)["normalized"]
+    random = pip_report(rng.standard_normal((n, cfg.dim)), ref.vectors)["normalized"]
+    assert last["pip_normalized"] < evals[0]["pip_normalized"], [e["pip_normalized"] for e in evals]
+    assert trained < 1.05 and trained < shuffled - 0.15 and trained < random - 0.3, (trained, shuffled, random)
 
 
 @pytest.mark.mpi
