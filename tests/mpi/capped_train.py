@@ -17,6 +17,7 @@ import numba  # noqa: F401
 
 from mpidwe.dist import sharded
 from mpidwe import train  # noqa: F401
+from mpidwe.core.config import TrainConfig, parse_command
 from mpidwe.dist.comm import Comm, run_main
 
 
@@ -35,7 +36,7 @@ resource.setrlimit(resource.RLIMIT_DATA, (base + int(budget), resource.RLIM_INFI
 
 
 def body(args, c):
-    cfg = train.parse_command(train.TrainConfig, args, prog="capped_train", description="")
+    cfg = parse_command(TrainConfig, args, prog="capped_train", description="")
     train.run(cfg, comm, log=None)
     print(f"rank {comm.rank} baseline {base} end {vm_data()}", flush=True)
     return 0
