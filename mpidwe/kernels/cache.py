@@ -12,7 +12,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-# every module whose code the compiled kernels (chunk.train_chunk, plan._plan_chunk) inline
+# every module whose code the compiled kernels (chunk.chunk_function, plan._plan_chunk) inline
 SOURCES = ("common", "sampling", "rows", "negative", "hsoftmax", "window", "inputs", "chunk", "plan", "cache")
 
 

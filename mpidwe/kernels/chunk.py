@@ -122,41 +122,62 @@ def chunks(tokens, sent_starts, rng_state, args) -> list[Chunk]:
                   progress) for t in range(args.threads)]
 
 
-@njit(nogil=True, fastmath=True, cache=True)
-def train_chunk(mode, dim, params, chunk, targets, schedule, subwords):
-    """Train the chunk's sentences; returns (loss_sum, n_examples). ``params``: a rows.Params;
-    ``subwords``: None, or (ptr, ids) of kernels/__init__.py."""
-    mode = literally(mode)
-    dim = literally(dim)
-    scratch = make_scratch(chunk, targets, dim)
-    work = Work(params, step_rows(subwords, params, scratch), scratch, targets)
-    kept, raw_pos = scratch.kept, scratch.raw_pos
-    state = chunk.rng_state[chunk.tid]
-    raw_done = 0
-    last_refresh = 0
-    lr = refresh_lr(chunk, 0, schedule)
-    loss = 0.0
-    n_examples = 0
-    for si in range(chunk.s_lo, chunk.s_hi):
-        beg, end = sentence(chunk, si)
-        n, state = subsample(chunk.tokens, beg, end, chunk.keep_prob, state, kept, raw_pos, raw_done)
-        for pos in range(n):
-            if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
-                last_refresh = raw_pos[pos]
-                lr = refresh_lr(chunk, last_refresh, schedule)
-            state, lo, hi = shrunk_window(state, chunk.window, pos, n)
-            if mode == SKIPGRAM or mode == SKIPGRAM_HS:
-                state, loss, examples = train_pairs(mode, dim, work, subwords, (pos, lo, hi), lr, state, loss)
-            else:
-                state, loss, examples = train_window(mode, dim, work, subwords, (pos, lo, hi), lr, state, loss)
-            n_examples += examples
-        raw_done += end - beg
-    chunk.rng_state[chunk.tid] = state
-    chunk.progress[chunk.tid] = raw_done
-    return loss, n_examples
+def chunk_function(mode):
+    """The chunk function of one mode. ``mode`` is a constant of the closure, so numba prunes
+    the other modes' branches before typing them (a fraction of the compile time); ``dim`` is
+    a literal argument (compile with ``types.IntegerLiteral``). Both compile to constants."""
+
+    @njit(nogil=True, fastmath=True, cache=True)
+    def train_chunk(dim, params, chunk, targets, schedule, subwords):
+        """Train the chunk's sentences; returns (loss_sum, n_examples). ``params``: a rows.Params;
+        ``subwords``: None, or (ptr, ids) of kernels/__init__.py."""
+        dim = literally(dim)
+        scratch = make_scratch(chunk, targets, dim)
+        work = Work(params, step_rows(subwords, params, scratch), scratch, targets)
+        kept, raw_pos = scratch.kept, scratch.raw_pos
+        state = chunk.rng_state[chunk.tid]
+        raw_done = 0
+        last_refresh = 0
+        lr = refresh_lr(chunk, 0, schedule)
+        loss = 0.0
+        n_examples = 0
+        for si in range(chunk.s_lo, chunk.s_hi):
+            beg, end = sentence(chunk, si)
+            n, state = subsample(chunk.tokens, beg, end, chunk.keep_prob, state, kept, raw_pos, raw_done)
+            for pos in range(n):
+                if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
+                    last_refresh = raw_pos[pos]
+                    lr = refresh_lr(chunk, last_refresh, schedule)
+                state, lo, hi = shrunk_window(state, chunk.window, pos, n)
+                center = kept[pos]
+                if mode == SKIPGRAM or mode == SKIPGRAM_HS:       # one (context, centre) pair at a time
+                    for c in range(lo, hi + 1):
+                        if c != pos:
+                            state, pair_loss = train_pair(mode, dim, work, subwords, kept[c], center, lr, state)
+                            loss += pair_loss
+                    n_examples += hi - lo
+                    if hi > lo:
+                        mark_centre(mode, work, center)
+                elif hi > lo:                                   # the whole window at once
+                    n_ctx = open_window(subwords, work, (pos, lo, hi), dim)
+                    contexts = input_rows(subwords, scratch)
+                    if mode == SKIPGRAM_SHARED or mode == CBOW:
+                        state, window_loss = noise_window(mode, dim, work, contexts, n_ctx, center, lr, state)
+                    else:
+                        window_loss = path_window(mode, dim, work, contexts, n_ctx, center, lr)
+                    loss += window_loss
+                    close_window(subwords, work, n_ctx, dim)
+                    n_examples += 1 if mode == CBOW or mode == CBOW_HS else n_ctx
+            raw_done += end - beg
+        chunk.rng_state[chunk.tid] = state
+        chunk.progress[chunk.tid] = raw_done
+        return loss, n_examples
+
+    stamp_sources(train_chunk)
+    return train_chunk
 
 
-stamp_sources(train_chunk)
+TRAIN_CHUNK = tuple(chunk_function(mode) for mode in range(CBOW_HS + 1))
 
 
 @njit(inline="always")
@@ -191,66 +212,74 @@ def refresh_lr(chunk, local_words, schedule):
 
 
 @njit(inline="always")
-def train_pairs(mode, dim, work, subwords, span, lr, state, loss):
-    """Skip-gram, one (context, centre) pair at a time: each pair draws its own noise words
-    (or walks the centre's path) and its input row moves after its targets. ``span``: the
-    centre's kept position and its window [lo, hi]. Returns (state, loss, examples)."""
-    pos, lo, hi = span
-    scratch, targets = work.scratch, work.targets
-    center = scratch.kept[pos]
-    outs = scratch.negs
-    outs[0] = center                                  # the positive is output 0
-    for c in range(lo, hi + 1):
-        if c == pos:
-            continue
-        word = scratch.kept[c]
-        load(subwords, work.params, scratch, word, 0, dim)
-        row = input_row(subwords, word, 0)
-        if mode == SKIPGRAM:
-            state, n_negs = draw_negatives(state, center, targets, outs[1:], work.params.w_out)
-            loss += skipgram_pair(work.rows, row, outs, n_negs + 1, lr, scratch.grad_h, dim)
-        else:
-            loss += skipgram_pair_hs(work.rows, row, targets, center, lr, scratch.grad_h, dim)
-        store(subwords, work.params, scratch, word, 0, dim)
-    if hi > lo:
-        if mode == SKIPGRAM:
-            mark(work.params.touched_out, center)
-        else:
-            mark_path(work.params.touched_out, targets, center)
-    return state, loss, hi - lo
+def train_pair(mode, dim, work, subwords, word, center, lr, state):
+    """Skip-gram's (context, centre) pair: it draws its own noise words (or walks the
+    centre's path), and the context's input row moves after its targets. Returns (state, loss)."""
+    scratch = work.scratch
+    load(subwords, work.params, scratch, word, 0, dim)
+    row = input_row(subwords, word, 0)
+    if mode == SKIPGRAM:
+        outs = scratch.negs
+        outs[0] = center                                  # the positive is output 0
+        state, n_negs = draw_negatives(state, center, work.targets, outs[1:], work.params.w_out)
+        loss = skipgram_pair(work.rows, row, outs, n_negs + 1, lr, scratch.grad_h, dim)
+    else:
+        loss = skipgram_pair_hs(work.rows, row, work.targets, center, lr, scratch.grad_h, dim)
+    store(subwords, work.params, scratch, word, 0, dim)
+    return state, loss
 
 
 @njit(inline="always")
-def train_window(mode, dim, work, subwords, span, lr, state, loss):
-    """The other modes train a centre's whole window at once: skip-gram with shared
-    negatives (or a shared path) and CBOW. Returns (state, loss, examples)."""
+def mark_centre(mode, work, center):
+    """The centre's output rows, once per centre: its own (noise) or its path's."""
+    if mode == SKIPGRAM:
+        mark(work.params.touched_out, center)
+    else:
+        mark_path(work.params.touched_out, work.targets, center)
+
+
+@njit(inline="always")
+def open_window(subwords, work, span, dim):
+    """The contexts of the centre at span = (pos, lo, hi) into scratch.contexts (and, with
+    subwords, their means into the buffer); returns how many."""
     pos, lo, hi = span
-    scratch, targets = work.scratch, work.targets
-    center = scratch.kept[pos]
+    scratch = work.scratch
     n_ctx = 0
     for c in range(lo, hi + 1):
         if c != pos:
             scratch.contexts[n_ctx] = scratch.kept[c]
             load(subwords, work.params, scratch, scratch.kept[c], n_ctx, dim)
             n_ctx += 1
-    if n_ctx == 0:
-        return state, loss, 0
-    contexts = input_rows(subwords, scratch)
-    if mode == CBOW_HS:
-        loss += cbow_center_hs(work.rows, contexts, n_ctx, targets, center, lr, scratch, dim)
-        mark_path(work.params.touched_out, targets, center)
-    elif mode == SKIPGRAM_HS_SHARED:
-        path = (targets.points[center], targets.codes[center], targets.lengths[center], True)
-        loss += shared_window(work.rows, contexts, n_ctx, path, lr, scratch, dim)
-    else:
-        outs = scratch.negs
-        outs[0] = center                              # the positive is output 0
-        state, n_negs = draw_negatives(state, center, targets, outs[1:], work.params.w_out)
-        if mode == SKIPGRAM_SHARED:
-            noise = (outs, scratch.codes, n_negs + 1, False)
-            loss += shared_window(work.rows, contexts, n_ctx, noise, lr, scratch, dim)
-        else:
-            loss += cbow_center(work.rows, contexts, n_ctx, outs, n_negs + 1, lr, scratch, dim)
+    return n_ctx
+
+
+@njit(inline="always")
+def close_window(subwords, work, n_ctx, dim):
+    """With subwords: every context's rows receive its mean's change."""
     for i in range(n_ctx):
-        store(subwords, work.params, scratch, scratch.contexts[i], i, dim)
-    return state, loss, 1 if mode == CBOW or mode == CBOW_HS else n_ctx
+        store(subwords, work.params, work.scratch, work.scratch.contexts[i], i, dim)
+
+
+@njit(inline="always")
+def noise_window(mode, dim, work, contexts, n_ctx, center, lr, state):
+    """Shared negatives or CBOW: one draw of noise words serves the window. Returns (state, loss)."""
+    scratch = work.scratch
+    outs = scratch.negs
+    outs[0] = center                                      # the positive is output 0
+    state, n_negs = draw_negatives(state, center, work.targets, outs[1:], work.params.w_out)
+    if mode == SKIPGRAM_SHARED:
+        noise = (outs, scratch.codes, n_negs + 1, False)
+        return state, shared_window(work.rows, contexts, n_ctx, noise, lr, scratch, dim)
+    return state, cbow_center(work.rows, contexts, n_ctx, outs, n_negs + 1, lr, scratch, dim)
+
+
+@njit(inline="always")
+def path_window(mode, dim, work, contexts, n_ctx, center, lr):
+    """Hierarchical softmax, the window sharing the centre's path (skip-gram) or CBOW."""
+    tree = work.targets
+    if mode == SKIPGRAM_HS_SHARED:
+        path = (tree.points[center], tree.codes[center], tree.lengths[center], True)
+        return shared_window(work.rows, contexts, n_ctx, path, lr, work.scratch, dim)
+    loss = cbow_center_hs(work.rows, contexts, n_ctx, tree, center, lr, work.scratch, dim)
+    mark_path(work.params.touched_out, tree, center)
+    return loss

@@ -28,7 +28,7 @@ import threading
 
 from numba import typeof, types
 
-from .chunk import Schedule, chunks, mode_of, targets_of, train_chunk
+from .chunk import TRAIN_CHUNK, Schedule, chunks, mode_of, targets_of
 from .common import check_block
 from .rows import Params
 
@@ -50,7 +50,7 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     compiled = _compiled_chunk(mode, dim, (params, parts[0], targets, schedule, subwords))
 
     def chunk(t):
-        return compiled(mode, dim, params, parts[t], targets, schedule, subwords)
+        return compiled(dim, params, parts[t], targets, schedule, subwords)
 
     results = [chunk(0)] if args.threads == 1 else _run_threads(chunk, args.threads)
     loss = sum(r[0] for r in results)
@@ -62,15 +62,16 @@ _COMPILED = {}
 
 
 def _compiled_chunk(mode, dim, rest):
-    """The machine code of chunk.train_chunk for mode, dim (compile-time constants) and the
-    types of the other arguments ``rest``. Calling it directly skips numba's dispatcher,
-    which would otherwise re-resolve the literal arguments (seconds) on every call."""
+    """The machine code of the mode's chunk function (chunk.TRAIN_CHUNK) for dim (a
+    compile-time constant) and the types of the other arguments ``rest``. Calling it directly
+    skips numba's dispatcher, which would otherwise re-resolve the literal argument (seconds)
+    on every call."""
     _, _, targets, _, subwords = rest
     key = (mode, dim, subwords is None, targets.neg_slots is None)   # check_block fixed the other types
     compiled = _COMPILED.get(key)
     if compiled is None:
-        argtypes = (types.IntegerLiteral(mode), types.IntegerLiteral(dim)) + tuple(typeof(a) for a in rest)
-        compiled = _COMPILED[key] = train_chunk.compile(argtypes)
+        argtypes = (types.IntegerLiteral(dim),) + tuple(typeof(a) for a in rest)
+        compiled = _COMPILED[key] = TRAIN_CHUNK[mode].compile(argtypes)
     return compiled
 
 

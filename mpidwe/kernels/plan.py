@@ -30,7 +30,7 @@ from .sampling import draw_negative, lcg, longest_sentence, sentence, shrunk_win
 
 @njit(nogil=True, cache=True)
 def _plan_chunk(mode, chunk, targets, marks):
-    """The draws of chunk.train_chunk over one chunk, marking ``marks`` = (mark_in, mark_out)."""
+    """The draws of the chunk function (chunk.py) over one chunk, marking ``marks`` = (mark_in, mark_out)."""
     mark_in, mark_out = marks
     longest = longest_sentence(chunk)
     kept = np.empty(longest, np.int64)
