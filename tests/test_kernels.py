@@ -248,3 +248,27 @@ def test_torch_kernel_learns_planted_topics(model, torch_one_thread):
     other = np.mean([sim[i, j] for i in range(20) for j in range(20) if i // 10 != j // 10])
     assert same > other + 0.3
     assert state["touched_in"].all() and state["touched_out"].all()
+
+
+# ------------------------------------------------------------------ the compiled kernel's plumbing
+def test_disk_cache_stamp_covers_every_compiled_module():
+    """numba stamps a cached function with its own file only; the chunk function inlines
+    code from every module of kernels/ that jit-compiles (tokenize.py aside: its own cache), so
+    kernels/cache.py must list each of them, or an edit would leave stale machine code in use."""
+    from pathlib import Path
+
+    from mpidwe.kernels import cache
+    here = Path(cache.__file__).parent
+    compiled = {p.stem for p in here.glob("*.py") if "@njit" in p.read_text() or "@overload" in p.read_text()}
+    assert compiled - {"tokenize"} <= set(cache.SOURCES)
+
+
+def test_planner_refuses_what_it_cannot_plan():
+    from mpidwe.core.huffman import build_tree
+    from mpidwe.kernels.plan import plan_block
+    tokens, starts, counts = zipf_corpus(100, seed=9)
+    marks = np.zeros(VOCAB, np.uint8), np.zeros(VOCAB, np.uint8)
+    args = KernelArgs(keep_prob=keep_probabilities(counts, 0.0), neg_table=negative_table(counts), words_total=100,
+                      hs=build_tree(counts).tables())
+    with pytest.raises(ValueError, match="negative sampling"):
+        plan_block(tokens, starts, np.array([1], np.uint64), *marks, args)
