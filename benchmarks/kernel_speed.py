@@ -45,6 +45,7 @@ DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
 from mpidwe.kernels import cpu  # noqa: E402
+from mpidwe.kernels.args import KernelArgs  # noqa: E402
 from mpidwe.core.vocab import keep_probabilities, negative_table  # noqa: E402
 
 VARIANTS = {"pair": ("skipgram", False), "shared": ("skipgram", True), "cbow": ("cbow", False)}
@@ -143,23 +144,22 @@ def run_mpidwe(corpus: Corpus, a, variant: str, threads: int, seed: int) -> dict
     w_in, w_out = init_params(vocab, a.dim, seed, a.init)
     rng_state = np.random.SeedSequence(seed).generate_state(threads, dtype=np.uint64)
     touched = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
-    kw = dict(model=model, shared_negatives=shared, window=a.window, negative=a.negative,
-              lr0=a.alpha, lr_min=a.min_alpha, words_scale=1.0, threads=threads,
-              touched_in=touched[0], touched_out=touched[1])
     total = len(corpus.ids) * a.epochs
+    args = KernelArgs(keep_prob=keep, neg_table=table, words_total=total, model=model, window=a.window,
+                      negative=a.negative, lr0=a.alpha, lr_min=a.min_alpha, threads=threads,
+                      shared_negatives=shared)
 
     # The first call compiles (or loads numba's cache): timed on its own, on scratch rows.
     t = time.perf_counter()
-    cpu.train_block(w_in.copy(), w_out.copy(), corpus.ids[:2000], np.zeros(1, np.int64), keep,
-                    table, rng_state.copy(), words_done=0, words_total=total, **kw)
+    cpu.train_block(w_in.copy(), w_out.copy(), corpus.ids[:2000], np.zeros(1, np.int64), rng_state.copy(),
+                    *touched, args)
     first_call = time.perf_counter() - t
 
     done, loss, examples = 0, 0.0, 0
     t, t_cpu = time.perf_counter(), time.process_time()
     for _ in range(a.epochs):
         for tokens, starts in blocks(corpus, a.block_tokens):
-            l_, n_, words = cpu.train_block(w_in, w_out, tokens, starts, keep, table, rng_state,
-                                            words_done=done, words_total=total, **kw)
+            l_, n_, words = cpu.train_block(w_in, w_out, tokens, starts, rng_state, *touched, args.at(done, 1.0))
             done, loss, examples = done + words, loss + l_, examples + n_
     seconds = time.perf_counter() - t
     return dict(name=f"mpidwe {variant}", model=model, threads=threads, seconds=seconds,

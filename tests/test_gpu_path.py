@@ -17,6 +17,7 @@ from mpidwe.io import checkpoint  # noqa: E402
 from mpidwe.dist.comm import Comm  # noqa: E402
 from mpidwe.core.config import TrainConfig  # noqa: E402
 from mpidwe.kernels import torch_kernel  # noqa: E402
+from mpidwe.kernels.args import KernelArgs  # noqa: E402
 from mpidwe.train import run as train  # noqa: E402
 from mpidwe.core.vocab import keep_probabilities, negative_table  # noqa: E402
 
@@ -101,8 +102,9 @@ def layout_of(shared, window=3, negative=4):
     kept, raw_pos, sentence = torch_kernel.subsample(torch.from_numpy(tokens).long(), torch.from_numpy(starts),
                                                      tables.keep, gen)
     lr = torch.full((len(kept),), 0.025)
-    return kept, torch_kernel.lay_out(kept, sentence, lr, tables, gen, model="skipgram", window=window,
-                                      negative=negative, shared_negatives=shared, batch_size=64)
+    args = KernelArgs(keep_prob=tables.keep, neg_table=negative_table(counts), words_total=len(tokens),
+                      model="skipgram", window=window, negative=negative, shared_negatives=shared, batch_size=64)
+    return kept, torch_kernel.lay_out(kept, sentence, lr, tables, gen, args)
 
 
 def test_shared_negatives_one_draw_per_window():
@@ -157,11 +159,12 @@ def test_large_batches_do_not_diverge_without_the_cap_they_do():
         w_out = torch.zeros(20, 16)
         touched = [torch.zeros(20, dtype=torch.uint8) for _ in range(2)]
         for epoch in range(3):
-            loss, n, _ = torch_kernel.train_block(
-                w_in, w_out, tokens, starts, keep_probabilities(counts, 0.0), negative_table(counts),
-                np.array([epoch + 1], dtype=np.uint64), window=3, negative=4, lr0=0.05, lr_min=0.001,
-                words_done=epoch * len(tokens), words_total=3 * len(tokens), touched_in=touched[0],
-                touched_out=touched[1], shared_negatives=True, batch_size=500, duplicate_steps=steps)
+            args = KernelArgs(keep_prob=keep_probabilities(counts, 0.0), neg_table=negative_table(counts),
+                              window=3, negative=4, lr0=0.05, lr_min=0.001, words_done=epoch * len(tokens),
+                              words_total=3 * len(tokens), shared_negatives=True, batch_size=500,
+                              duplicate_steps=steps)
+            loss, n, _ = torch_kernel.train_block(w_in, w_out, tokens, starts, np.array([epoch + 1], dtype=np.uint64),
+                                                  *touched, args)
         results[steps] = (loss / n, float(w_in.abs().max()))
     capped, free = results[None], results[float("inf")]
     assert np.isfinite(capped[0]) and capped[0] < 2.2 and capped[1] < 10, capped
@@ -264,10 +267,10 @@ def test_batch_size_changes_the_numbers_so_resume_must_keep_it(demo, tmp_path):
     for batch_size in (64, 256):
         w_in, w_out = torch.from_numpy(w0.copy()), torch.zeros(vocab, dim)
         touched = torch.zeros(vocab, dtype=torch.uint8), torch.zeros(vocab, dtype=torch.uint8)
-        torch_kernel.train_block(w_in, w_out, tokens, np.array([0], dtype=np.int64), keep, table,
-                                 np.array([7], dtype=np.uint64), words_total=len(tokens),
-                                 touched_in=touched[0], touched_out=touched[1], shared_negatives=True,
-                                 batch_size=batch_size)
+        args = KernelArgs(keep_prob=keep, neg_table=table, words_total=len(tokens), shared_negatives=True,
+                          batch_size=batch_size)
+        torch_kernel.train_block(w_in, w_out, tokens, np.array([0], dtype=np.int64), np.array([7], dtype=np.uint64),
+                                 *touched, args)
         out.append(w_in)
     assert not torch.equal(out[0], out[1])
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mpidwe.kernels import cpu, reference
+from mpidwe.kernels.args import KernelArgs
 from mpidwe.kernels.common import learning_rate
 from mpidwe.core.vocab import keep_probabilities, negative_probabilities, negative_table, table_probabilities
 
@@ -38,14 +39,13 @@ def make_state(seed=3, vocab=VOCAB, dim=DIM):
 
 def run(kernel, state, tokens, starts, counts, *, model="skipgram", shared=False, sample=0.02,
         threads=1, **overrides):
-    kw = dict(model=model, window=3, negative=4, lr0=0.05, lr_min=0.001, words_done=0,
-              words_scale=1.0, words_total=2 * len(tokens), threads=threads,
-              shared_negatives=shared)
-    kw.update(overrides)
-    return kernel.train_block(state["w_in"], state["w_out"], tokens, starts,
-                              keep_probabilities(counts, sample), negative_table(counts),
-                              state["rng_state"], touched_in=state["touched_in"],
-                              touched_out=state["touched_out"], **kw)
+    """One train_block call on ``state``; ``overrides`` are KernelArgs fields."""
+    fields = dict(keep_prob=keep_probabilities(counts, sample), neg_table=negative_table(counts),
+                  model=model, window=3, negative=4, lr0=0.05, lr_min=0.001, words_done=0.0,
+                  words_scale=1.0, words_total=2 * len(tokens), threads=threads, shared_negatives=shared)
+    fields.update(overrides)
+    return kernel.train_block(state["w_in"], state["w_out"], tokens, starts, state["rng_state"],
+                              state["touched_in"], state["touched_out"], KernelArgs(**fields))
 
 
 @pytest.mark.parametrize("model,shared", VARIANTS)
@@ -235,11 +235,11 @@ def test_torch_kernel_learns_planted_topics(model, torch_one_thread):
     w_in, w_out = torch.from_numpy(state["w_in"]), torch.from_numpy(state["w_out"])
     losses = []
     for epoch in range(8):
-        loss, n_examples, _ = torch_kernel.train_block(
-            w_in, w_out, tokens, starts, keep_probabilities(counts, 0.0), negative_table(counts),
-            state["rng_state"], model=model, window=3, negative=4, lr0=0.05, lr_min=0.001,
-            words_done=epoch * len(tokens), words_scale=1.0, words_total=8 * len(tokens),
-            touched_in=state["touched_in"], touched_out=state["touched_out"], batch_size=32)
+        args = KernelArgs(keep_prob=keep_probabilities(counts, 0.0), neg_table=negative_table(counts),
+                          model=model, window=3, negative=4, lr0=0.05, lr_min=0.001,
+                          words_done=epoch * len(tokens), words_total=8 * len(tokens), batch_size=32)
+        loss, n_examples, _ = torch_kernel.train_block(w_in, w_out, tokens, starts, state["rng_state"],
+                                                       state["touched_in"], state["touched_out"], args)
         losses.append(loss / n_examples)
     assert losses[-1] < 0.9 * losses[0]     # the floor is about 1.83: topics are uniform inside
     v = state["w_in"] / np.linalg.norm(state["w_in"], axis=1, keepdims=True)
@@ -248,3 +248,27 @@ def test_torch_kernel_learns_planted_topics(model, torch_one_thread):
     other = np.mean([sim[i, j] for i in range(20) for j in range(20) if i // 10 != j // 10])
     assert same > other + 0.3
     assert state["touched_in"].all() and state["touched_out"].all()
+
+
+# ------------------------------------------------------------------ the compiled kernel's plumbing
+def test_disk_cache_stamp_covers_every_compiled_module():
+    """numba stamps a cached function with its own file only; the chunk function inlines
+    code from every module of kernels/ that jit-compiles (tokenize.py aside: its own cache), so
+    kernels/cache.py must list each of them, or an edit would leave stale machine code in use."""
+    from pathlib import Path
+
+    from mpidwe.kernels import cache
+    here = Path(cache.__file__).parent
+    compiled = {p.stem for p in here.glob("*.py") if "@njit" in p.read_text() or "@overload" in p.read_text()}
+    assert compiled - {"tokenize"} <= set(cache.SOURCES)
+
+
+def test_planner_refuses_what_it_cannot_plan():
+    from mpidwe.core.huffman import build_tree
+    from mpidwe.kernels.plan import plan_block
+    tokens, starts, counts = zipf_corpus(100, seed=9)
+    marks = np.zeros(VOCAB, np.uint8), np.zeros(VOCAB, np.uint8)
+    args = KernelArgs(keep_prob=keep_probabilities(counts, 0.0), neg_table=negative_table(counts), words_total=100,
+                      hs=build_tree(counts).tables())
+    with pytest.raises(ValueError, match="negative sampling"):
+        plan_block(tokens, starts, np.array([1], np.uint64), *marks, args)

@@ -14,6 +14,7 @@ from mpidwe.dist import rows as store
 from mpidwe.dist.comm import Comm
 from mpidwe.io.formats import check_seal
 from mpidwe.kernels import cpu
+from mpidwe.kernels.args import KernelArgs
 from mpidwe.kernels.plan import plan_block
 from mpidwe.dist.sharded import ShardStore, init_own_rows
 from mpidwe.dist.rule import _apply_rows, apply_pushed
@@ -78,15 +79,15 @@ def test_planner_marks_exactly_the_rows_the_kernel_touches(model, shared, thread
     keep = keep_probabilities(counts, 1e-3).astype(np.float32)
     table = negative_table(counts)
     rng = np.arange(1, threads + 1, dtype=np.uint64) * np.uint64(12345)
-    kw = dict(model=model, window=4, negative=5, threads=threads, shared_negatives=shared)
+    args = KernelArgs(keep_prob=keep, neg_table=table, words_total=10 ** 6, model=model, window=4, negative=5,
+                      lr0=0.025, threads=threads, shared_negatives=shared)
     mark_in, mark_out = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
     planned = rng.copy()
-    plan_block(tokens, starts, keep, table, planned, mark_in, mark_out, **kw)
+    plan_block(tokens, starts, planned, mark_in, mark_out, args)
     w_in, w_out = init_params(vocab, dim, 1)
     t_in, t_out = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
     trained = rng.copy()
-    cpu.train_block(w_in, w_out, tokens, starts, keep, table, trained, lr0=0.025, words_total=10 ** 6,
-                    touched_in=t_in, touched_out=t_out, **kw)
+    cpu.train_block(w_in, w_out, tokens, starts, trained, t_in, t_out, args)
     assert np.array_equal(planned, trained)                   # the same random stream, to the end
     assert np.all(mark_in[t_in > 0] == 1)                     # every context row is a token
     assert np.all(np.isin(np.flatnonzero(mark_in), tokens)) and mark_in[tokens].all()
@@ -103,19 +104,17 @@ def test_working_set_training_equals_full_training(model, shared, threads):
     vocab, dim = len(counts), 16
     keep = keep_probabilities(counts, 1e-3).astype(np.float32)
     table = negative_table(counts)
-    kw = dict(model=model, window=5, negative=4, threads=threads, shared_negatives=shared, lr0=0.05,
-              words_total=10 ** 5)
+    args = KernelArgs(keep_prob=keep, neg_table=table, words_total=10 ** 5, model=model, window=5, negative=4,
+                      lr0=0.05, threads=threads, shared_negatives=shared)
     w_in, w_out = init_params(vocab, dim, 2)
     w_out += np.random.default_rng(0).normal(0, 0.1, w_out.shape).astype(np.float32)
     full_in, full_out = w_in.copy(), w_out.copy()
     t_in, t_out = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
     rng_full = np.array([99], dtype=np.uint64)
-    cpu.train_block(full_in, full_out, tokens, starts, keep, table, rng_full, touched_in=t_in,
-                    touched_out=t_out, **kw)
+    cpu.train_block(full_in, full_out, tokens, starts, rng_full, t_in, t_out, args)
 
     marks = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
-    plan_block(tokens, starts, keep, table, np.array([99], dtype=np.uint64), *marks, model=model, window=5,
-               negative=4, threads=threads, shared_negatives=shared)
+    plan_block(tokens, starts, np.array([99], dtype=np.uint64), *marks, args)
     slots = np.full(vocab, -1, np.int32)
     ws = store.working_set(*marks, slots)
     assert not marks[0].any() and not marks[1].any()          # cleared for the next block
@@ -123,8 +122,8 @@ def test_working_set_training_equals_full_training(model, shared, threads):
     ws_in, ws_out = w_in[ws.ids[:ws.n_in]].copy(), w_out[ws.ids].copy()
     s_in, s_out = np.zeros(ws.n_in, np.uint8), np.zeros(ws.size, np.uint8)
     rng_ws = np.array([99], dtype=np.uint64)
-    cpu.train_block(ws_in, ws_out, slots[tokens], starts, keep[ws.ids[:ws.n_in]].copy(), table, rng_ws,
-                    touched_in=s_in, touched_out=s_out, neg_slots=slots, **kw)
+    cpu.train_block(ws_in, ws_out, slots[tokens], starts, rng_ws, s_in, s_out,
+                    args.on_slots(keep[ws.ids[:ws.n_in]].copy(), slots))
     assert np.array_equal(rng_ws, rng_full)
     assert np.array_equal(ws_in, full_in[ws.ids[:ws.n_in]]) and np.array_equal(ws_out, full_out[ws.ids])
     outside = np.setdiff1d(np.arange(vocab), ws.ids)

@@ -73,52 +73,17 @@ def check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     and then the rows only negatives reach (slots [T, W)); ``tokens`` are slots,
     ``keep_prob`` and ``touched_in`` have T entries, ``touched_out`` W, and ``neg_table``
     stays the global [V, 2] table whose draws ``neg_slots`` (int32 [V]) maps to slots."""
-    model, window, negative, threads = args.model, args.window, args.negative, args.threads
-    shared_negatives, words_total, subwords, neg_slots = (args.shared_negatives, args.words_total, args.subwords,
-                                                          args.neg_slots)
-    keep_prob, neg_table = args.keep_prob, args.neg_table
-    is_numpy = isinstance(w_in, np.ndarray)
-    if args.hs is not None:
-        negative = 0
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    if shared_negatives and model != "skipgram":
-        raise ValueError("shared_negatives applies to skipgram only")
-    if window < 1 or negative < 0 or threads < 1:
-        raise ValueError(f"need window >= 1, negative >= 0, threads >= 1 "
-                         f"(got {window}, {negative}, {threads})")
-    if words_total <= 0:
-        raise ValueError(f"words_total must be > 0, got {words_total}")
-    if subwords is not None and neg_slots is not None:
-        raise ValueError("the sharded store's working set (neg_slots) does not take subwords")
-    if neg_slots is not None:
-        vocab, dim = w_in.shape
-        rows_in = vocab
-        n_out, n_table = w_out.shape[0], len(neg_slots)
-        if w_out.shape[1] != dim or n_out < vocab:
-            raise ValueError(f"w_out shape {tuple(w_out.shape)} cannot hold the working set of w_in "
-                             f"{(vocab, dim)}")
-        if not (isinstance(neg_slots, np.ndarray) and neg_slots.dtype == np.int32 and neg_slots.ndim == 1):
-            raise TypeError("neg_slots must be a 1-D numpy int32 array")
-    else:
-        vocab, dim = w_out.shape
-        rows_in = w_in.shape[0]
-        n_out = n_table = vocab
-        if subwords is None and tuple(w_in.shape) != (vocab, dim):
-            raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {tuple(w_in.shape)}")
-        if subwords is not None:
-            check_subwords(subwords, vocab, rows_in)
-            if w_in.shape[1] != dim:
-                raise ValueError(f"w_in has {w_in.shape[1]} columns, w_out {dim}")
-    if len(rng_state) < threads:
-        raise ValueError(f"rng_state has {len(rng_state)} entries for {threads} threads")
-    for name, arr, n in (("keep_prob", keep_prob, vocab), ("neg_table", neg_table, n_table),
+    _check_settings(args)
+    vocab, rows_in, n_out, n_table = _check_shapes(w_in, w_out, args)
+    if len(rng_state) < args.threads:
+        raise ValueError(f"rng_state has {len(rng_state)} entries for {args.threads} threads")
+    for name, arr, n in (("keep_prob", args.keep_prob, vocab), ("neg_table", args.neg_table, n_table),
                          ("touched_in", touched_in, rows_in), ("touched_out", touched_out, n_out)):
         if len(arr) != n:
             raise ValueError(f"{name} has {len(arr)} rows for a vocabulary of {n}")
-    if is_numpy:
+    if isinstance(w_in, np.ndarray):
         _check_numpy_dtypes(w_in=w_in, w_out=w_out, tokens=tokens, sent_starts=sent_starts,
-                            keep_prob=keep_prob, neg_table=neg_table, rng_state=rng_state,
+                            keep_prob=args.keep_prob, neg_table=args.neg_table, rng_state=rng_state,
                             touched_in=touched_in, touched_out=touched_out)
     n = len(tokens)
     if len(sent_starts):
@@ -129,6 +94,42 @@ def check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
         raise ValueError("tokens given without sent_starts")
     if n and isinstance(tokens, np.ndarray) and (tokens.min() < 0 or tokens.max() >= vocab):
         raise ValueError(f"token ids must be in [0, {vocab})")
+
+
+def _check_settings(args) -> None:
+    negative = 0 if args.hs is not None else args.negative
+    if args.model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {args.model!r}")
+    if args.shared_negatives and args.model != "skipgram":
+        raise ValueError("shared_negatives applies to skipgram only")
+    if args.window < 1 or negative < 0 or args.threads < 1:
+        raise ValueError(f"need window >= 1, negative >= 0, threads >= 1 "
+                         f"(got {args.window}, {negative}, {args.threads})")
+    if args.words_total <= 0:
+        raise ValueError(f"words_total must be > 0, got {args.words_total}")
+    if args.subwords is not None and args.neg_slots is not None:
+        raise ValueError("the sharded store's working set (neg_slots) does not take subwords")
+
+
+def _check_shapes(w_in, w_out, args) -> tuple[int, int, int, int]:
+    """(vocabulary of the tokens, rows of w_in, rows of w_out, rows of neg_table)."""
+    neg_slots = args.neg_slots
+    if neg_slots is not None:
+        vocab, dim = w_in.shape
+        if w_out.shape[1] != dim or w_out.shape[0] < vocab:
+            raise ValueError(f"w_out shape {tuple(w_out.shape)} cannot hold the working set of w_in "
+                             f"{(vocab, dim)}")
+        if not (isinstance(neg_slots, np.ndarray) and neg_slots.dtype == np.int32 and neg_slots.ndim == 1):
+            raise TypeError("neg_slots must be a 1-D numpy int32 array")
+        return vocab, vocab, w_out.shape[0], len(neg_slots)
+    vocab, dim = w_out.shape
+    if args.subwords is None and tuple(w_in.shape) != (vocab, dim):
+        raise ValueError(f"w_out shape {tuple(w_out.shape)} != w_in shape {tuple(w_in.shape)}")
+    if args.subwords is not None:
+        check_subwords(args.subwords, vocab, w_in.shape[0])
+        if w_in.shape[1] != dim:
+            raise ValueError(f"w_in has {w_in.shape[1]} columns, w_out {dim}")
+    return vocab, w_in.shape[0], vocab, vocab
 
 
 def check_subwords(subwords, vocab: int, rows_in: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,10 +12,10 @@ row the kernel will read or write, and leaves the RNG states where training leav
   dropped, as in the kernel); the tokens' output rows (centres) are in the working set as
   token rows already.
 
-The same split into thread chunks as ``cpu.train_block`` (common.split_sentences), each
+The same split into thread chunks as ``cpu.train_block`` (chunk.chunks), each
 with its own ``rng_state`` entry, so the plan holds for any ``threads``: Hogwild makes the
 values nondeterministic, never the draws. tests/test_store.py checks the plan against the
-rows the kernel marks as touched.
+rows the kernel marks as touched. Negative sampling on words only (the sharded store's case).
 """
 
 from __future__ import annotations
@@ -23,47 +23,42 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import split_sentences
-from .cpu import CBOW, SKIPGRAM, SKIPGRAM_SHARED, _below, _draw_negative, _lcg, _longest_sentence, _subsample
+from .cache import stamp_sources
+from .chunk import SKIPGRAM, chunks, mode_of, targets_of
+from .sampling import draw_negative, lcg, longest_sentence, sentence, shrunk_window, subsample
 
 
 @njit(nogil=True, cache=True)
-def _plan_chunk(mode, tokens, sent_starts, s_lo, s_hi, keep_prob, neg_table, rng_state, tid,
-                window, negative, mark_in, mark_out):
-    n_tokens = tokens.shape[0]
-    n_starts = sent_starts.shape[0]
-    longest = _longest_sentence(sent_starts, s_lo, s_hi, n_tokens)
+def _plan_chunk(mode, chunk, targets, marks):
+    """The draws of the chunk function (chunk.py) over one chunk, marking ``marks`` = (mark_in, mark_out)."""
+    mark_in, mark_out = marks
+    longest = longest_sentence(chunk)
     kept = np.empty(longest, np.int64)
     raw_pos = np.empty(longest, np.int64)        # the kernel's learning-rate positions: unused here
-    state = rng_state[tid]
-    for si in range(s_lo, s_hi):
-        beg = sent_starts[si]
-        end = sent_starts[si + 1] if si + 1 < n_starts else n_tokens
+    state = chunk.rng_state[chunk.tid]
+    for si in range(chunk.s_lo, chunk.s_hi):
+        beg, end = sentence(chunk, si)
         for i in range(beg, end):
-            mark_in[tokens[i]] = 1
-        n, state = _subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, 0)
+            mark_in[chunk.tokens[i]] = 1
+        n, state = subsample(chunk.tokens, beg, end, chunk.keep_prob, state, kept, raw_pos, 0)
         for pos in range(n):
             center = kept[pos]
-            state = _lcg(state)
-            reach = window - _below(state, window)
-            lo = max(pos - reach, 0)
-            hi = min(pos + reach, n - 1)
+            state, lo, hi = shrunk_window(state, chunk.window, pos, n)
             if mode == SKIPGRAM:
-                draws = negative * (hi - lo)          # one set per context
+                draws = targets.negative * (hi - lo)      # one set per context
             elif hi > lo:
-                draws = negative                      # one set per centre with a context
+                draws = targets.negative                  # one set per centre with a context
             else:
                 draws = 0
             for _ in range(draws):
-                state = _lcg(state)
-                target = _draw_negative(state, neg_table)
+                state = lcg(state)
+                target = draw_negative(state, targets.neg_table)
                 if target != center:
                     mark_out[target] = 1
-    rng_state[tid] = state
+    chunk.rng_state[chunk.tid] = state
 
 
-def mode_of(model: str, shared_negatives: bool) -> int:
-    return CBOW if model == "cbow" else (SKIPGRAM_SHARED if shared_negatives else SKIPGRAM)
+stamp_sources(_plan_chunk)
 
 
 def plan_block(tokens: np.ndarray, sent_starts: np.ndarray, rng_state: np.ndarray, mark_in: np.ndarray,
@@ -71,13 +66,10 @@ def plan_block(tokens: np.ndarray, sent_starts: np.ndarray, rng_state: np.ndarra
     """Mark the rows ``cpu.train_block`` with the same arguments would touch (global ids:
     ``mark_in`` the tokens, ``mark_out`` the noise words) and advance ``rng_state`` exactly
     as training would. ``args``: a KernelArgs with the global keep_prob and neg_table."""
-    model, window, negative, threads, shared_negatives = (args.model, args.window, args.negative, args.threads,
-                                                           args.shared_negatives)
-    keep_prob, neg_table = args.keep_prob, args.neg_table
+    if args.hs is not None or args.subwords is not None:
+        raise ValueError("the planner knows the rows of negative sampling on words only")
     if len(tokens) == 0:
         return
-    mode = mode_of(model, shared_negatives)
-    bounds = split_sentences(sent_starts, len(tokens), threads)
-    for t in range(threads):
-        _plan_chunk(mode, tokens, sent_starts, bounds[t], bounds[t + 1], keep_prob, neg_table, rng_state,
-                    t, window, negative, mark_in, mark_out)
+    mode, targets = mode_of(args), targets_of(args, len(args.neg_table))
+    for chunk in chunks(tokens, sent_starts, rng_state, args):
+        _plan_chunk(mode, chunk, targets, (mark_in, mark_out))

@@ -181,73 +181,101 @@ def cbow_center_hs(w_in, w_out, contexts, path, lr) -> float:
 def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args):
     """Same arguments and results as kernels.cpu.train_block; one thread only."""
     check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
-    a = args
-    keep_prob, neg_table, threads, hs, subwords = a.keep_prob, a.neg_table, a.threads, a.hs, a.subwords
-    model, window, negative, shared_negatives = a.model, a.window, a.negative, a.shared_negatives
-    lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
-    if subwords is not None:
-        return _train_subwords(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state,
-                               model=model, window=window, negative=negative, lr0=lr0, lr_min=lr_min,
-                               words_done=words_done, words_scale=words_scale, words_total=words_total,
-                               touched_in=touched_in, touched_out=touched_out,
-                               shared_negatives=shared_negatives, hs=hs, subwords=subwords)
-    if threads != 1:
+    if args.threads != 1:
         raise ValueError("the reference kernel runs one thread")
-    if hs is not None:
-        codes, points, lengths = check_hs(hs, w_out.shape[0])
-        paths = [[(int(points[w, j]), int(codes[w, j])) for j in range(lengths[w])]
-                 for w in range(len(lengths))]
+    inputs = WordInputs(w_in, touched_in) if args.subwords is None else SubwordInputs(w_in, args.subwords, touched_in)
+    outputs = Outputs(w_out, touched_out, args)
+    kind = "cbow" if args.model == "cbow" else ("window" if args.shared_negatives else "pair")
     rng = Lcg(rng_state[0])
+    loss, n_examples = 0.0, 0
+    for center, contexts, lr in windows(tokens, sent_starts, rng, args):
+        for group in ([[c] for c in contexts] if kind == "pair" else [contexts]):
+            loss += update(inputs, outputs, kind, center, group, lr, rng)
+        n_examples += 1 if kind == "cbow" else len(contexts)
+    rng_state[0] = rng.state
+    return loss, n_examples, len(tokens)
+
+
+def windows(tokens, sent_starts, rng: Lcg, args):
+    """Every kept centre that has a context, in order, as (centre, its contexts, the learning
+    rate), drawing subsampling and the shrunk windows from ``rng`` (the caller draws its noise
+    words between two centres, as the contract orders)."""
     ends = list(sent_starts[1:]) + [len(tokens)]
-    lr = learning_rate(lr0, lr_min, words_done, words_scale, 0, words_total)
-    last_refresh, raw_done, loss, n_examples = 0, 0, 0.0, 0
+    lr = learning_rate(args.lr0, args.lr_min, args.words_done, args.words_scale, 0, args.words_total)
+    last_refresh, raw_done = 0, 0
     for beg, end in zip(sent_starts, ends):
-        kept, raw_pos = subsample(tokens[beg:end], keep_prob, rng, raw_done)
+        kept, raw_pos = subsample(tokens[beg:end], args.keep_prob, rng, raw_done)
         for pos, center in enumerate(kept):
             if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
                 last_refresh = raw_pos[pos]
-                lr = learning_rate(lr0, lr_min, words_done, words_scale, last_refresh, words_total)
-            reach = window - rng.below(window)
+                lr = learning_rate(args.lr0, args.lr_min, args.words_done, args.words_scale, last_refresh,
+                                   args.words_total)
+            reach = args.window - rng.below(args.window)
             around = range(max(pos - reach, 0), min(pos + reach, len(kept) - 1) + 1)
             contexts = [kept[c] for c in around if c != pos]
-            if not contexts:
-                continue
-            if hs is not None:
-                path = paths[center]
-                if model == "cbow":
-                    loss += cbow_center_hs(w_in, w_out, contexts, path, lr)
-                    n_examples += 1
-                elif shared_negatives:
-                    loss += skipgram_window_hs(w_in, w_out, contexts, path, lr)
-                    n_examples += len(contexts)
-                else:
-                    for context in contexts:
-                        loss += skipgram_pair_hs(w_in, w_out, context, path, lr)
-                        n_examples += 1
-                touched_in[contexts] = 1
-                touched_out[[node for node, _ in path]] = 1
-                continue
-            if model == "cbow":
-                negs = draw_negatives(rng, negative, center, neg_table)
-                loss += cbow_center(w_in, w_out, contexts, center, negs, lr)
-                n_examples += 1
-            elif shared_negatives:
-                negs = draw_negatives(rng, negative, center, neg_table)
-                loss += skipgram_window_shared(w_in, w_out, contexts, [center] + negs, lr)
-                n_examples += len(contexts)
-            else:
-                for context in contexts:
-                    negs = draw_negatives(rng, negative, center, neg_table)
-                    loss += skipgram_pair(w_in, w_out, context, center, negs, lr)
-                    touched_out[negs] = 1
-                    n_examples += 1
-            if model == "cbow" or shared_negatives:
-                touched_out[negs] = 1
-            touched_in[contexts] = 1
-            touched_out[center] = 1
+            if contexts:
+                yield center, contexts, lr
         raw_done += end - beg
-    rng_state[0] = rng.state
-    return loss, n_examples, len(tokens)
+
+
+# The update rules by kind, over (input rows, w_out, context rows, centre, noise words, lr)
+# for negative sampling and (input rows, w_out, context rows, path, lr) for the Huffman path.
+NOISE_RULES = {
+    "pair": lambda w_in, w_out, ids, center, negs, lr: skipgram_pair(w_in, w_out, ids[0], center, negs, lr),
+    "window": lambda w_in, w_out, ids, center, negs, lr: skipgram_window_shared(w_in, w_out, ids, [center] + negs,
+                                                                               lr),
+    "cbow": cbow_center,
+}
+PATH_RULES = {
+    "pair": lambda w_in, w_out, ids, path, lr: skipgram_pair_hs(w_in, w_out, ids[0], path, lr),
+    "window": skipgram_window_hs,
+    "cbow": cbow_center_hs,
+}
+
+
+def update(inputs, outputs, kind: str, center: int, contexts: list[int], lr: float, rng: Lcg) -> float:
+    """One update of ``kind`` (a pair, a shared window, a CBOW centre) for these contexts;
+    returns its loss."""
+    w_in, ids = inputs.open(contexts)
+    if outputs.paths is not None:
+        path = outputs.paths[center]
+        loss = PATH_RULES[kind](w_in, outputs.w_out, ids, path, lr)
+        outputs.touched[[node for node, _ in path]] = 1
+    else:
+        negs = draw_negatives(rng, outputs.negative, center, outputs.table)
+        loss = NOISE_RULES[kind](w_in, outputs.w_out, ids, center, negs, lr)
+        outputs.touched[negs] = 1
+        outputs.touched[center] = 1
+    inputs.close(contexts, w_in)
+    return loss
+
+
+class Outputs:
+    """The output layer and how a centre's targets are chosen: ``negative`` noise words from
+    the alias table, or (``hs``) its Huffman path [(node, code), ...]."""
+
+    def __init__(self, w_out, touched_out, args):
+        self.w_out, self.touched = w_out, touched_out
+        self.negative, self.table = args.negative, args.neg_table
+        self.paths = None
+        if args.hs is not None:
+            codes, points, lengths = check_hs(args.hs, w_out.shape[0])
+            self.paths = [[(int(points[w, j]), int(codes[w, j])) for j in range(lengths[w])]
+                          for w in range(len(lengths))]
+
+
+class WordInputs:
+    """word2vec's input layer: a word's input is its own row of w_in, trained in place."""
+
+    def __init__(self, w_in, touched_in):
+        self.w_in, self.touched_in = w_in, touched_in
+
+    def open(self, words):
+        """(the rows to train, the words' rows in them)."""
+        return self.w_in, words
+
+    def close(self, words, trained):
+        self.touched_in[words] = 1
 
 
 class SubwordInputs:
@@ -257,82 +285,23 @@ class SubwordInputs:
 
     def __init__(self, w_in, subwords, touched_in):
         self.w_in, (self.ptr, self.ids), self.touched_in = w_in, subwords, touched_in
+        self.before = None
 
     def rows(self, word):
         return self.ids[self.ptr[word]:self.ptr[word + 1]]
 
-    def gather(self, words):
-        means = np.zeros((len(words), self.w_in.shape[1]), np.float32)
+    def open(self, words):
+        """(the words' means, their rows 0, 1, ... in it); close() applies the change."""
+        self.before = np.zeros((len(words), self.w_in.shape[1]), np.float32)
         for i, w in enumerate(words):
             for r in self.rows(w):
-                means[i] += self.w_in[r]
-            means[i] *= np.float32(1.0) / np.float32(len(self.rows(w)))
-        return means
+                self.before[i] += self.w_in[r]
+            self.before[i] *= np.float32(1.0) / np.float32(len(self.rows(w)))
+        return self.before.copy(), list(range(len(words)))
 
-    def scatter(self, words, before, after):
+    def close(self, words, trained):
         for i, w in enumerate(words):
-            change = after[i] - before[i]
+            change = trained[i] - self.before[i]
             for r in self.rows(w):
                 self.w_in[r] += change
                 self.touched_in[r] = 1
-
-
-def _train_subwords(w_in, w_out, tokens, sent_starts, keep_prob, neg_table, rng_state, *, model, window,
-                    negative, lr0, lr_min, words_done, words_scale, words_total, touched_in, touched_out,
-                    shared_negatives, hs, subwords):
-    """train_block with subword inputs (the same draws in the same order)."""
-    inputs = SubwordInputs(w_in, subwords, touched_in)
-    if hs is not None:
-        codes, points, lengths = check_hs(hs, w_out.shape[0])
-    rng = Lcg(rng_state[0])
-    ends = list(sent_starts[1:]) + [len(tokens)]
-    lr = learning_rate(lr0, lr_min, words_done, words_scale, 0, words_total)
-    last_refresh, raw_done, loss, n_examples = 0, 0, 0.0, 0
-    for beg, end in zip(sent_starts, ends):
-        kept, raw_pos = subsample(tokens[beg:end], keep_prob, rng, raw_done)
-        for pos, center in enumerate(kept):
-            if raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
-                last_refresh = raw_pos[pos]
-                lr = learning_rate(lr0, lr_min, words_done, words_scale, last_refresh, words_total)
-            reach = window - rng.below(window)
-            around = range(max(pos - reach, 0), min(pos + reach, len(kept) - 1) + 1)
-            contexts = [kept[c] for c in around if c != pos]
-            if not contexts:
-                continue
-            path = ([(int(points[center, j]), int(codes[center, j])) for j in range(lengths[center])]
-                    if hs is not None else None)
-            if model == "skipgram" and not shared_negatives:
-                for context in contexts:
-                    before = inputs.gather([context])
-                    after = before.copy()
-                    if hs is not None:
-                        loss += skipgram_pair_hs(after, w_out, 0, path, lr)
-                    else:
-                        negs = draw_negatives(rng, negative, center, neg_table)
-                        loss += skipgram_pair(after, w_out, 0, center, negs, lr)
-                        touched_out[negs] = 1
-                    inputs.scatter([context], before, after)
-                    n_examples += 1
-            else:
-                before = inputs.gather(contexts)
-                after = before.copy()
-                local = list(range(len(contexts)))
-                if hs is not None:
-                    step = cbow_center_hs if model == "cbow" else skipgram_window_hs
-                    loss += step(after, w_out, local, path, lr)
-                else:
-                    negs = draw_negatives(rng, negative, center, neg_table)
-                    if model == "cbow":
-                        loss += cbow_center(after, w_out, local, center, negs, lr)
-                    else:
-                        loss += skipgram_window_shared(after, w_out, local, [center] + negs, lr)
-                    touched_out[negs] = 1
-                inputs.scatter(contexts, before, after)
-                n_examples += 1 if model == "cbow" else len(contexts)
-            if hs is not None:
-                touched_out[[node for node, _ in path]] = 1
-            else:
-                touched_out[center] = 1
-        raw_done += end - beg
-    rng_state[0] = rng.state
-    return loss, n_examples, len(tokens)

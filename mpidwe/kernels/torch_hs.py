@@ -54,8 +54,8 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     for lo in range(0, n_examples, batch_size):
         hi = min(lo + batch_size, n_examples)
         lr = learning_rate(lr0, lr_min, words_done, words_scale, int(progress[lo]), words_total)
-        loss_sum += _hs_step(w_in, w_out, kept[center[lo:hi]], contexts[lo:hi], tree, lr,
-                             touched_in, touched_out, cbow=model == "cbow")
+        loss_sum += _hs_step((w_in, w_out, touched_in, touched_out), kept[center[lo:hi]], contexts[lo:hi], tree,
+                             lr, cbow=model == "cbow")
     rng_state[0] = int(torch.randint(0, SEED_MASK, (1,), generator=gen, device=device))
     return loss_sum, n_examples, n_tokens
 
@@ -70,9 +70,11 @@ class Tree:
         self.mask = steps[None, :] < torch.as_tensor(lengths, device=device).long()[:, None]
 
 
-def _hs_step(w_in, w_out, centers, contexts, tree, lr, touched_in, touched_out, cbow):
+def _hs_step(params, centers, contexts, tree, lr, cbow):
     """A batch: h (a context row, or CBOW's mean of the context rows) walks each centre's
-    path; out_node += g h and the context row(s) += sum_node g out_node."""
+    path; out_node += g h and the context row(s) += sum_node g out_node. ``params``:
+    (w_in, w_out, touched_in, touched_out)."""
+    w_in, w_out, touched_in, touched_out = params
     if cbow:
         present = contexts >= 0
         rows = w_in[contexts.clamp(min=0)] * present.unsqueeze(2)

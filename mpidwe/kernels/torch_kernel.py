@@ -131,8 +131,7 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     if len(kept) == 0:
         return 0.0, 0, n_tokens
     lr = centre_learning_rates(raw_pos, lr0, lr_min, words_done, words_scale, words_total)
-    layout = lay_out(kept, sentence, lr, tables, gen, model=model, window=window,
-                     negative=negative, shared_negatives=shared_negatives, batch_size=batch_size)
+    layout = lay_out(kept, sentence, lr, tables, gen, args)
     vocab = w_in.shape[0]
     # every slot of a row, input then output ids (output ids offset by V: one id space)
     ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
@@ -185,10 +184,12 @@ def centre_learning_rates(raw_pos, lr0, lr_min, words_done, words_scale, words_t
     return (refreshes * -step + first).clamp_(min=lr_min).float()
 
 
-def lay_out(kept, sentence, lr, tables, gen, *, model, window, negative, shared_negatives,
-            batch_size) -> Layout:
+def lay_out(kept, sentence, lr, tables, gen, args) -> Layout:
     """Every kept centre's window (``2 * window`` slots, shrunk at random as word2vec) and
-    output rows, in corpus order."""
+    output rows, in corpus order; ``args`` (a KernelArgs) gives the model, window, negatives
+    and batch size."""
+    model, window, negative, shared_negatives = args.model, args.window, args.negative, args.shared_negatives
+    batch_size = BATCH_SIZE if args.batch_size is None else args.batch_size
     n = len(kept)
     device = kept.device
     reach = window - torch.randint(0, window, (n, 1), generator=gen, device=device)
