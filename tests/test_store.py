@@ -199,7 +199,7 @@ def test_refresh_gives_a_prefetched_set_the_rows_a_pull_after_the_push_would():
     comm = Comm.serial()
     rng = np.random.default_rng(1)
     w_in, w_out = rng.normal(size=(50, 3)).astype(np.float32), rng.normal(size=(50, 3)).astype(np.float32)
-    st = ShardStore(comm, 50, w_in.copy(), w_out.copy(), scale=1)
+    st = ShardStore(comm, 50, w_in.copy(), w_out.copy(), scale=1, refreshes=True)
     ws = store.WorkingSet(np.array([4, 9, 2, 40, 11], np.int64), 3, np.zeros(50, np.int32))
     nxt = store.WorkingSet(np.array([9, 40, 5, 4, 2, 11, 33], np.int64), 3, np.zeros(50, np.int32))
     a, b, _ = st.pull(ws)

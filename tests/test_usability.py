@@ -191,6 +191,22 @@ def test_a_rank_that_aborts_after_its_error_keeps_the_watchers_quiet(tmp_path, f
     assert capfd.readouterr().err == ""
 
 
+def test_a_rank_that_mpi_failed_under_leaves_the_naming_to_the_dead_peers_watcher(tmp_path, fresh_watch, capfd):
+    """A peer killed by SIGKILL fails the collectives of the others at once (MPICH reads its
+    memory directly): such a rank stands down, quietly and without the marker, so that the
+    dead rank's watcher, not this one's, names the rank that died (CI saw the reverse)."""
+    w = deathwatch.start(str(tmp_path), 2, 3)
+    deathwatch.stand_down()
+    deathwatch.claim()                        # Comm.abort's, after the error line: nothing now
+    assert w.proc.returncode == 0 and not (tmp_path / deathwatch.MARKER).exists()
+    deathwatch._active = None
+    dead = deathwatch.start(str(tmp_path), 1, 3)
+    dead.proc.stdin.close()
+    dead.proc.wait(timeout=30)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "rank 1 of 3 (pid" in err
+
+
 @pytest.mark.mpi
 def test_kill_9_of_one_rank_names_it(corpus, tmp_path):
     run = tmp_path / "run"

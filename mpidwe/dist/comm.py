@@ -344,8 +344,15 @@ def run_main(prog: str, body, argv=None) -> int:
         if comm is not None and comm.size > 1:
             comm.abort(130)
         return 130
-    except Exception:  # noqa: BLE001 - any failure must end every rank
+    except Exception as e:  # noqa: BLE001 - any failure must end every rank
         rank = "" if comm is None or comm.size == 1 else f" (rank {comm.rank})"
+        if comm is not None and comm.size > 1:
+            from . import deathwatch
+
+            # before the traceback, which the launcher may cut short: an MPI failure here is
+            # most likely a peer that died, whose own watcher must name it; any other
+            # failure is this rank's, and no watcher may blame the ranks the abort kills
+            deathwatch.stand_down() if type(e).__module__.startswith("mpi4py") else deathwatch.claim()
         print(f"{prog}: internal error{rank}:", file=sys.stderr)
         traceback.print_exc()
         if comm is not None and comm.size > 1:

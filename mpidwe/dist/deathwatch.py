@@ -91,6 +91,16 @@ def start(folder: str, rank: int, size: int, *, hint: str = "") -> Watcher | Non
     return _active
 
 
+def stand_down() -> None:
+    """This rank ends because MPI failed under it (most likely a peer died): it neither
+    blames anyone nor claims the end of the job, so the dead peer's watcher names it. A
+    later :func:`claim` does nothing."""
+    global _active
+    w, _active = _active, None
+    if w is not None:
+        w.disarm()
+
+
 def claim() -> None:
     """This rank is about to abort the job after saying why: the others' watchers must not
     blame a rank the launcher kills in the clean-up."""
