@@ -311,9 +311,11 @@ class _Parser(argparse.ArgumentParser):
         return out
 
 
-def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: bool = False):
+def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: bool = False,
+                  return_given: bool = False):
     """argv -> frozen ``cls``. With ``config_file_flag``, ``--config FILE`` (TOML) gives
-    defaults and flags override them."""
+    defaults and flags override them; ``return_given`` also returns the names of the
+    options the user set (flags or the file), a frozenset (it needs ``config_file_flag``)."""
     parser = _Parser(prog=prog, description=description,
                      foreign=FOREIGN_OPTIONS.get(prog.split(".")[-1].split()[-1], {}))
     if config_file_flag:
@@ -325,7 +327,8 @@ def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: b
     if config_path:
         values.update({k.replace("-", "_"): v for k, v in load_toml(config_path).items()})
     values.update(ns)
-    return from_mapping(cls, values, source=config_path or "options")
+    cfg = from_mapping(cls, values, source=config_path or "options")
+    return (cfg, frozenset(values)) if return_given else cfg
 
 
 def resolve_path(p: str) -> str:

@@ -79,6 +79,7 @@ class RunResult:
     words_total: int = 0
     stopped: bool = False          # stopped early by SIGTERM/SIGUSR1 after a checkpoint
     checkpoint: str | None = None
+    config: dict | None = None       # the configuration as run (plan.resolved)
 
 
 @dataclass
@@ -252,6 +253,7 @@ class Trainer:
         now = time.perf_counter()
         marks = Marks(now, p.words_done, p.words_done, now, p.words_done, p.words_done)
         ckpt_path, stopped = None, False
+        finished = p.round >= plan.rounds      # resumed from the run's final checkpoint
         try:
             for rnd in range(p.round, plan.rounds):
                 totals = self.round(rnd, bar, ticker, marks)
@@ -276,9 +278,12 @@ class Trainer:
         seconds = time.perf_counter() - marks.t_start
         self.store.host()
         self.store.close()
-        self.finish(stopped, ckpt_path, p.words_done - marks.words_at_start, seconds)
+        if finished:
+            self.already_finished()
+        else:
+            self.finish(stopped, ckpt_path, p.words_done - marks.words_at_start, seconds)
         return RunResult(state.w_in, state.w_out, self.words, state.history, seconds, p.words_done,
-                         stopped, ckpt_path)
+                         stopped, ckpt_path, plan.resolved)
 
     # ---------------------------------------------------------------- log, checkpoint, end
     def progress_line(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
@@ -378,6 +383,13 @@ class Trainer:
         vectors = os.path.join(cfg.out, "vectors.txt")
         failed = self.store.write_vectors(vectors, self.words, self.word_vectors)
         comm.on_root(self._exported, vectors, failed, ckpt_path, broadcast=False)
+
+    def already_finished(self) -> None:
+        """A resumed run with nothing left to train: say so, and how to train more."""
+        if self.log:
+            p, epochs = self.state.progress, self.cfg.epochs
+            self.log(f"nothing to train: the run in {self.cfg.out} is finished ({p.words_done:,} words, "
+                     f"--epochs {epochs}); give --epochs {epochs + 1} or more to train further")
 
     def _exported(self, vectors: str, failed: str | None, ckpt_path: str | None) -> None:
         if failed is not None:     # the model is safe in the checkpoint: say how to get it
