@@ -5,6 +5,8 @@ Python API (docs/api.md)::
     vecs = mpidwe.load("run")                  # a run directory, a checkpoint or a word2vec file
     vecs.most_similar("king", topn=5)
     vecs = mpidwe.train(corpus="corpus.h5", out="run", dim=100, epochs=5)   # train in this process
+    mpidwe.preprocess("text.txt", output="corpus.h5", min_count=5)           # raw text -> corpus
+    vecs = mpidwe.train(corpus="text.txt", out="run")     # raw text: preprocessed into run/corpus.h5
 
 ``load``, ``fit`` and ``WordVectors`` live in ``mpidwe.api`` and are imported on first use, so
 ``import mpidwe`` loads neither numpy nor h5py, torch or scipy. ``mpidwe.train`` is the
@@ -23,10 +25,10 @@ def __getattr__(name):
         from . import api
 
         return getattr(api, name)
-    if name == "train":    # the module, callable: mpidwe.train(**options) is mpidwe.fit(**options)
-        import importlib
+    if name in ("train", "preprocess"):    # the modules, callable: mpidwe.train(**options) is
+        import importlib                    # mpidwe.fit(**options); mpidwe.preprocess(text, ...)
 
-        return importlib.import_module(".train", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

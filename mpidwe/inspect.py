@@ -195,11 +195,17 @@ def unknown(vecs: WordVectors, words) -> list[str]:
     return [] if vecs.oov is not None else [w for w in words if w not in vecs]
 
 
+def case_hint(vecs: WordVectors, words) -> str:
+    """``; did you mean 'king'?`` for unknown words whose lowercase form is known."""
+    known = [w.lower() for w in words if w not in vecs and w.lower() != w and w.lower() in vecs]
+    return f"; did you mean {', '.join(map(repr, known))}? (the vocabulary is lowercase)" if known else ""
+
+
 def neighbors(vecs: WordVectors, word: str, k: int) -> list[tuple[str, float]]:
     """The ``k`` nearest words of ``word`` by cosine, itself excluded; a word outside the
     vocabulary gets its vector from the checkpoint's OOV model (subword n-grams)."""
     if unknown(vecs, [word]):
-        raise InputError(f"word not in vocabulary: {word!r}; {NO_OOV}")
+        raise InputError(f"word not in vocabulary: {word!r}{case_hint(vecs, [word])}; {NO_OOV}")
     return vecs.most_similar(positive=[word], topn=k)
 
 
@@ -207,7 +213,7 @@ def analogy(vecs: WordVectors, a: str, b: str, c: str, k: int) -> list[tuple[str
     """a:b :: c:? by 3CosAdd (gensim's most_similar(positive=[b, c], negative=[a]))."""
     missing = unknown(vecs, (a, b, c))
     if missing:
-        raise InputError(f"not in vocabulary: {', '.join(missing)}; {NO_OOV}")
+        raise InputError(f"not in vocabulary: {', '.join(missing)}{case_hint(vecs, missing)}; {NO_OOV}")
     return vecs.most_similar(positive=[b, c], negative=[a], topn=k)
 
 
@@ -241,7 +247,8 @@ def _stdin():
 
 def batch(queries, answer, show) -> int:
     """Answer each (line number, query); a failed query is one stderr line and the rest go
-    on. Exit status: 2 when queries were asked and none was answered, else 0."""
+    on. Exit status: 2 when any query failed (a batch caller must know; the answers given
+    are on standard output all the same), else 0."""
     asked = answered = 0
     for no, query in queries:
         asked += 1
@@ -255,6 +262,9 @@ def batch(queries, answer, show) -> int:
         answered += 1
     if asked and not answered:
         print(f"{PROG}: error: no query could be answered ({asked} asked)", file=sys.stderr)
+        return 2
+    if answered < asked:
+        print(f"{PROG}: error: {asked - answered} of {asked} queries could not be answered", file=sys.stderr)
         return 2
     return 0
 

@@ -9,6 +9,7 @@ import pytest
 
 import mpidwe
 from mpidwe.io import checkpoint
+from mpidwe.io.corpus import Corpus
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.core.errors import ConfigError, InputError
@@ -107,6 +108,75 @@ def test_queries_match_gensim(exported):
     assert vecs.most_similar(w[3], topn=0) == []
 
 
+def test_keyedvectors_methods_match_gensim(exported):
+    """The rest of gensim's KeyedVectors questions, asked of both: vectors and row numbers as
+    queries, weighted terms, restrict_vocab, 3CosMul, doesnt_match, rank, distances,
+    get_vector(norm=True), key_to_index / index_to_key."""
+    gensim = pytest.importorskip("gensim")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(exported["binary"], binary=True)
+    vecs = mpidwe.load(exported["run"])
+    w = vecs.words
+    assert vecs.index_to_key == kv.index_to_key and vecs.key_to_index == kv.key_to_index
+
+    def same(ours, theirs, q):
+        assert [x for x, _ in ours] == [x for x, _ in theirs], q
+        np.testing.assert_allclose([s for _, s in ours], [s for _, s in theirs], rtol=1e-5, atol=1e-6)
+
+    queries = [dict(positive=vecs[w[10]]),                       # a vector (a raw numpy error before)
+               dict(positive=5, topn=4),                         # a row number ('int' not iterable before)
+               dict(positive=[vecs[w[40]] * 3, w[42]], negative=[w[41]], topn=5),
+               dict(positive=[(w[12], 2.0), w[13]], topn=5),     # (word, weight)
+               dict(positive=[w[20]], topn=6, restrict_vocab=50),
+               dict(positive=[w[30], w[31]], negative=[w[32]], topn=5, restrict_vocab=200)]
+    for q in queries:
+        same(vecs.most_similar(**q), kv.most_similar(**q), q)
+    for q in [dict(positive=[w[40], w[42]], negative=[w[41]], topn=5), dict(positive=w[7], topn=3),
+              dict(positive=[vecs[w[50]], w[51]], topn=4)]:
+        same(vecs.most_similar_cosmul(**q), kv.most_similar_cosmul(**q), q)
+    group = [w[60], w[61], w[62], w[900]]
+    assert vecs.doesnt_match(group) == kv.doesnt_match(group)
+    for a, b in [(w[3], w[4]), (w[100], w[7]), (w[5], w[400])]:
+        assert vecs.rank(a, b) == kv.rank(a, b)
+        assert vecs.closer_than(a, b) == kv.closer_than(a, b)
+        assert vecs.distance(a, b) == pytest.approx(float(kv.distance(a, b)), abs=1e-6)
+    np.testing.assert_allclose(vecs.distances(w[8]), kv.distances(w[8]), atol=1e-6)
+    np.testing.assert_allclose(vecs.distances(vecs[w[8]], [w[1], w[2]]), kv.distances(vecs[w[8]], [w[1], w[2]]),
+                               atol=1e-6)
+    np.testing.assert_allclose(vecs.get_vector(w[9], norm=True), kv.get_vector(w[9], norm=True), rtol=1e-6)
+    np.testing.assert_array_equal(vecs.get_vector(9), kv.get_vector(9))
+    np.testing.assert_array_equal(vecs[9], vecs[w[9]])
+    assert vecs.similarity(3, 4) == pytest.approx(float(kv.similarity(w[3], w[4])), abs=1e-6)
+    with pytest.raises(ValueError, match="a query vector must have 16 numbers"):
+        vecs.most_similar(np.ones(5))
+    with pytest.raises(TypeError, match="a query is a word, a row number or a vector of 16 numbers, got 1.5"):
+        vecs.most_similar([1.5, "x"])
+    with pytest.raises(KeyError, match="row 99999 is out of range"):
+        vecs.most_similar(99999)
+
+
+def test_nan_rows_are_never_answers_or_queries(exported):
+    """A row that is not finite (a diverged run, a damaged file) is left out of every answer
+    and refused as a query with one line, as python -m mpidwe.evaluate skips it."""
+    good = mpidwe.load(exported["text"])
+    vectors = good.vectors.copy()
+    vectors[[3, 4]] = np.nan
+    vectors[5, 0] = np.inf
+    vecs = mpidwe.WordVectors(good.words, vectors)
+    w = vecs.words
+    for asked, answers in ((1, vecs.most_similar(w[0], topn=len(w))), (1, vecs.most_similar_cosmul(w[0], topn=len(w))),
+                           (3, vecs.most_similar([w[0], w[1]], negative=w[2], topn=len(w)))):
+        # every word but the three rows and the query words, all with finite scores
+        assert {x for x, _ in answers}.isdisjoint(w[3:6]) and len(answers) == len(w) - 3 - asked
+        assert all(np.isfinite(s) for _, s in answers)
+    for query in (lambda: vecs.most_similar(w[3]), lambda: vecs.similarity(w[0], w[4]),
+                  lambda: vecs.most_similar_cosmul([w[0], w[5]]), lambda: vecs.doesnt_match([w[0], w[1], w[3]])):
+        with pytest.raises(InputError, match=r"has nan or inf values \(a diverged or damaged model\), so it "
+                                             r"cannot be queried"):
+            query()
+    assert vecs.rank(w[0], w[1]) == good.rank(w[0], w[1]) - sum(1 for x in good.closer_than(w[0], w[1])
+                                                                 if x in w[3:6])
+
+
 def test_evaluations_match_the_evaluator_and_gensim(run_dir, exported):
     gensim = pytest.importorskip("gensim")
     vecs = mpidwe.load(exported["run"])
@@ -173,10 +243,39 @@ def test_fit_trains_in_this_process_and_returns_the_vectors(tmp_path):
     assert vecs.most_similar(vecs.words[0], topn=3)[0][0] != vecs.words[0]
     with pytest.raises(ConfigError, match="unknown option.*dimension"):
         mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "r2"), dimension=8)
-    with pytest.raises(ConfigError, match="--dim must be an integer, got '8'"):
+    with pytest.raises(ConfigError, match="dim must be an integer, got '8'"):
         mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "r2"), dim="8")
     with pytest.raises(InputError, match="already holds a run"):  # the command's own checks
         mpidwe.fit(corpus=str(d / "corpus.h5"), out=str(tmp_path / "run"), dim=8, progress=False, log=None)
+
+
+def test_train_takes_paths_and_raw_text_and_speaks_python(tmp_path):
+    """gensim's corpus_file: mpidwe.train takes a pathlib.Path and raw text (preprocessed
+    into OUT/corpus.h5, the same corpus mpidwe.preprocess makes); its errors name the
+    keywords (resume='auto', force=True) and mpidwe.train, not the flags or fit."""
+    from mpidwe.synth import write_demo
+    from mpidwe.core.config import SynthConfig
+
+    write_demo(SynthConfig(output=str(tmp_path / "demo"), tokens=30_000, seed=4))
+    text = tmp_path / "demo" / "demo.txt"
+    corpus = mpidwe.preprocess(text, output=tmp_path / "corpus.h5", log=None)
+    assert corpus == str(tmp_path / "corpus.h5")
+    vecs = mpidwe.train(corpus=text, out=tmp_path / "run", dim=8, threads=1, epochs=1, progress=False, log=None)
+    with Corpus(str(tmp_path / "run" / "corpus.h5")) as made, Corpus(corpus) as direct:
+        assert made.corpus_id == direct.corpus_id and made.words == vecs.words
+    assert vecs.run_dir == str(tmp_path / "run") and len(vecs) > 100
+    # again into the same folder: refused in Python's words
+    with pytest.raises(InputError) as e:
+        mpidwe.train(corpus=text, out=tmp_path / "run", dim=8, threads=1, progress=False, log=None)
+    assert "continue it with resume='auto', start over with force=True" in str(e.value), e.value
+    with pytest.raises(ConfigError, match=r"dim must be an integer, got '8' \(str\) in mpidwe.train\(\) arguments"):
+        mpidwe.train(corpus=text, out=tmp_path / "r2", dim="8")
+    with pytest.raises(ConfigError, match="min_count must be"):
+        mpidwe.preprocess(text, output=tmp_path / "c2.h5", min_count=-1, log=None)
+    # resumed with the keywords alone: the checkpoint's settings, two epochs in all
+    more = mpidwe.train(corpus=text, out=tmp_path / "run", resume="auto", epochs=2, threads=1, progress=False,
+                        log=None)
+    assert more.dim == 8 and more.result.words_total == 2 * vecs.result.words_total
 
 
 def test_calling_mpidwe_train_trains_like_fit(tmp_path):

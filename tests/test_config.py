@@ -85,6 +85,18 @@ def test_command_line_flags_keep_working_and_override_the_file(tmp_path):
         parse_toml(tmp_path, "", "--dim", "1.5")
 
 
+def test_the_options_the_user_gave_are_known(tmp_path):
+    """A resumed run takes the options the user left out from its checkpoint, so the parser
+    tells given from default: flags and the --config file's keys, not the defaults."""
+    toml = tmp_path / "c.toml"
+    toml.write_text("window = 3\neval-sim = []\n")
+    cfg, given = parse_command(TrainConfig, ["--config", str(toml), "--dim", "100", "--no-progress",
+                                             "--resume", "auto"], prog="t", description="",
+                               config_file_flag=True, return_given=True)
+    assert given == {"window", "eval_sim", "dim", "progress", "resume"}
+    assert cfg.dim == 100 and cfg.window == 3 and cfg.epochs == 5     # 100 and 5 are the defaults
+
+
 def test_other_commands_parse_their_command_lines_unchanged():
     p = parse_command(PreprocessConfig, ["a.txt", "b.txt", "--max-vocab", "10", "--normalize", "text8"],
                       prog="p", description="")

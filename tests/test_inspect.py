@@ -257,14 +257,18 @@ def test_batch_neighbors_from_stdin(run_dir, w2v):
     a, b = vecs.words[10], vecs.words[70]
     proc = run_py(["-m", "mpidwe.inspect", str(w2v), "neighbors", "-", "-k", "3"],
                   input=f"{a}\nno-such-word {b}\n\n")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr      # one query failed: batch callers must know
     rows = [line.split("\t") for line in proc.stdout.splitlines()]
     assert [r[0] for r in rows] == [a] * 3 + [b] * 3
     single = json.loads(inspect(w2v, "--json", "neighbors", b, "-k", "3").stdout)
     assert [r[1] for r in rows[3:]] == [r["word"] for r in single]
     err = proc.stderr.splitlines()
-    assert len(err) == 1 and err[0].startswith("python -m mpidwe.inspect: standard input line 2: word not in "
+    assert len(err) == 2 and err[0].startswith("python -m mpidwe.inspect: standard input line 2: word not in "
                                                "vocabulary: 'no-such-word'; these vectors have no model for words")
+    assert err[1] == "python -m mpidwe.inspect: error: 1 of 3 queries could not be answered"
+    # a capitalised word the vocabulary has in lowercase gets a hint
+    proc = inspect(w2v, "neighbors", a.capitalize())
+    assert proc.returncode == 2 and f"did you mean {a!r}? (the vocabulary is lowercase)" in proc.stderr
     proc = run_py(["-m", "mpidwe.inspect", str(run_dir / "run"), "neighbors", "-", "--json", "-k", "2"],
                   input=f"{a}\n")
     assert [json.loads(line) for line in proc.stdout.splitlines()][0]["word"] == a
@@ -281,11 +285,11 @@ def test_batch_analogies_from_stdin(run_dir):
     q = " ".join(words[40:43])
     proc = run_py(["-m", "mpidwe.inspect", str(run_dir / "run"), "analogy", "-", "-k", "2"],
                   input=f"{q}\n{words[1]} {words[2]}\n{words[1]} {words[2]} zzz-none\n")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     single = json.loads(inspect(run_dir / "run", "--json", "analogy", *words[40:43], "-k", "2").stdout)
     assert proc.stdout.splitlines() == [f"{q}\t{r['word']}\t{r['cosine']:.4f}" for r in single]
     err = proc.stderr.splitlines()
-    assert len(err) == 2 and "line 2: expected three words" in err[0] and "line 3: not in vocabulary: zzz-none" in err[1]
+    assert len(err) == 3 and "line 2: expected three words" in err[0] and "line 3: not in vocabulary: zzz-none" in err[1]
     proc = inspect(run_dir / "run", "analogy", words[1], words[2])
     assert proc.returncode == 2 and "three words A B C or -" in proc.stderr
 
@@ -295,7 +299,8 @@ def test_vectors_command(run_dir, w2v):
     a, b = ck.words[3], ck.words[99]
     for stdin, args in ((f"{a} no-such\n{b}\n", []), (f"{a} no-such\n{b}\n", ["-"])):
         proc = run_py(["-m", "mpidwe.inspect", str(w2v), "vectors", *args], input=stdin)
-        assert proc.returncode == 0 and proc.stderr.count("not in vocabulary: 'no-such'") == 1, proc.stderr
+        # one word failed: exit 2, the others answered all the same
+        assert proc.returncode == 2 and proc.stderr.count("not in vocabulary: 'no-such'") == 1, proc.stderr
         lines = proc.stdout.splitlines()
         assert [line.split()[0] for line in lines] == [a, b]
         np.testing.assert_array_equal(np.array(lines[1].split()[1:], dtype=np.float32), ck.w_in[99])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
+from mpidwe.io.corpus import Corpus
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run as preprocess
@@ -78,6 +79,45 @@ def test_resume_refuses_incompatible_runs(corpus, tmp_path):
     proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(other), "--out", str(run), *FLAGS, "--resume",
                        ck_path], check=False, timeout=60)
     assert proc.returncode == 2 and "another corpus" in error_lines(proc.stderr)[0]
+
+
+def test_resume_takes_the_checkpoints_settings_and_trains_more(corpus, tmp_path):
+    """--resume auto alone continues a run as it was set up (as gensim's model.train goes on
+    with the model's settings): model settings, corpus, epochs and evaluation come from the
+    checkpoint; --epochs N on a finished run trains more; a finished run says so."""
+    run = tmp_path / "r"
+    pairs = tmp_path / "pairs.tsv"
+    with Corpus(str(corpus)) as c:
+        words = list(c.words)
+        pairs.write_text("".join(f"{a}\t{b}\t{i}\n" for i, (a, b) in enumerate(zip(words[:20], words[20:40]))))
+    train(2, corpus, run, "--dim", "12", "--window", "3", "--eval-sim", str(pairs))
+    first = checkpoint.load(checkpoint.list_checkpoints(str(run / "checkpoints"))[-1])
+    assert first.complete and first.config["epochs"] == 1
+
+    # only the run directory and more epochs: no --corpus, --dim, --window, --sync-every
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto", "--epochs", "2",
+                       "--threads", "1", "--no-progress"], timeout=120)
+    assert "resuming with the checkpoint's settings: " in proc.stdout and "--dim 12" in proc.stdout
+    more = checkpoint.load(checkpoint.list_checkpoints(str(run / "checkpoints"))[-1])
+    assert more.complete and more.w_in.shape == first.w_in.shape
+    assert (more.config["dim"], more.config["window"], more.config["epochs"]) == (12, 3, 2)
+    assert more.config["sync_every"] == 20000 and more.config["corpus"] == first.config["corpus"]
+    assert more.progress.words_done == 2 * first.progress.words_done
+    assert not np.array_equal(more.w_in, first.w_in)
+    # the evaluation goes on after the resume
+    assert "sim:pairs.tsv" in more.metrics[-1]["eval"], more.metrics[-1]
+
+    # again with nothing left to train (epochs 2 from the checkpoint): says so, exit 0
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto", "--threads", "1",
+                       "--no-progress"], timeout=120)
+    assert "nothing to train: the run in" in proc.stdout and "give --epochs 3 or more" in proc.stdout
+    assert "checkpoint None" not in proc.stdout and "trained 0 words" not in proc.stdout
+    assert checkpoint.list_checkpoints(str(run / "checkpoints"))[-1] == more.path
+
+    # a setting the user gives that differs is still refused
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto", "--dim", "16",
+                       "--epochs", "3"], check=False, timeout=60)
+    assert proc.returncode == 2 and "--dim is 16 but the checkpoint has 12" in error_lines(proc.stderr)[0]
 
 
 def _rank_pids(root_pid):

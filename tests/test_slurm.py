@@ -64,11 +64,12 @@ def job_env(cluster, workdir: Path, **extra) -> dict:
     return env
 
 
-def sbatch(cluster, script: str, args: list[str], workdir: Path, *, wait: bool, options=(), **env):
-    """Submit ``jobs/SCRIPT ARGS`` on 2 tasks x 1 CPU; returns the job id and, with ``wait``,
-    its final ``scontrol show job`` record (polled here: ``sbatch --wait`` backs off to
-    half a minute between looks)."""
-    cmd = ["sbatch", "--parsable", "--ntasks=2", "--cpus-per-task=1", "--nodes=1", "--time=10",
+def sbatch(cluster, script: str, args: list[str], workdir: Path, *, wait: bool, options=(),
+           tasks=("--ntasks=2",), **env):
+    """Submit ``jobs/SCRIPT ARGS`` on 2 tasks x 1 CPU (TASKS: how the 2 tasks are asked for);
+    returns the job id and, with ``wait``, its final ``scontrol show job`` record (polled
+    here: ``sbatch --wait`` backs off to half a minute between looks)."""
+    cmd = ["sbatch", "--parsable", *tasks, "--cpus-per-task=1", "--nodes=1", "--time=10",
            f"--chdir={workdir}", f"--output={workdir}/%x-%j.out", *options, str(JOBS / script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=job_env(cluster, workdir, **env))
     job_id = proc.stdout.strip().split(";")[0]
@@ -143,6 +144,25 @@ def test_mpich_shm_names_match_python(tmp_path):
 
 
 # ------------------------------------------------------------------ jobs on a real cluster
+@pytest.mark.parametrize("script", ["train.slurm", "preprocess.slurm"])
+@pytest.mark.parametrize("tasks", [
+    ["--ntasks=2"],
+    ["--nodes=1", "--ntasks-per-node=2"],        # the form docs and jobs/README.md show
+    ["--ntasks-per-node=2"],
+    [],                                          # the script's own defaults: one task
+])
+def test_job_takes_the_ranks_it_is_given(slurm_cluster, tmp_path, script, tasks):  # noqa: F811
+    """Either way of asking for tasks is accepted and gives that many: the scripts fix no
+    node or task count (a fixed --ntasks would win over --ntasks-per-node, and Slurm then
+    refused ``--nodes=1 --ntasks-per-node=2`` with "Requested node configuration is not
+    available")."""
+    proc = subprocess.run(["sbatch", "--test-only", *tasks, "--cpus-per-task=1", str(JOBS / script)],
+                          capture_output=True, text=True, timeout=60, env=job_env(slurm_cluster, tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    processors = 2 if tasks else 1
+    assert f"using {processors} processors on nodes" in proc.stderr, proc.stderr
+
+
 @pytest.fixture(scope="module")
 def corpus_job(slurm_cluster, tmp_path_factory):  # noqa: F811
     """The demo text, preprocessed by jobs/preprocess.slurm on 2 ranks."""
@@ -191,8 +211,9 @@ def final_checkpoint(run_dir: Path) -> checkpoint.Checkpoint:
 @pytest.mark.mpi
 def test_train_job(corpus_job, slurm_cluster, tmp_path):  # noqa: F811
     work = corpus_job[0]
+    # the ranks asked for as docs/running.md and jobs/README.md show: nodes x tasks per node
     job_id, info = sbatch(slurm_cluster, "train.slurm", TRAIN_ARGS, tmp_path, wait=True,
-                          CORPUS=work / "corpus.h5", RUN_DIR="run")
+                          tasks=("--ntasks-per-node=2",), CORPUS=work / "corpus.h5", RUN_DIR="run")
     log = job_log(tmp_path, "mpidwe-train", job_id)
     assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), \
         log + slurm_cluster.logs()

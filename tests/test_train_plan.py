@@ -1,5 +1,8 @@
 """The trainer's pure pieces: round planning, data stream, outputs."""
 
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,8 @@ from mpidwe.preprocess import run as preprocess
 from mpidwe.train.stream import ShardStream
 from mpidwe.train.plan import count_rounds, learning_rate, rng_seeds, round_targets
 from mpidwe.dist.replicated import init_params
+
+from conftest import ROOT
 
 
 def test_rounds_are_planned_from_the_largest_shard():
@@ -73,3 +78,55 @@ def test_default_sync_interval_is_global_and_shrinks_beyond_four_ranks():
     # words all ranks train between two syncs: fixed up to 2 ranks, then 2/P of it
     assert [p * s for p, s in zip((1, 2, 4, 8), enwiki)] == [2_000_000, 2_000_000, 1_000_000, 500_000]
     assert auto_sync_every(2_724, 2) == 108_960 and auto_sync_every(2_724, 16) == 5_000
+
+
+# ----------------------------------------------------------- the docs' interval, from the code
+def _number(text: str) -> int:
+    """'2,000,000' or '2M' or '1M' -> int."""
+    text = text.replace(",", "")
+    return int(float(text[:-1]) * 1_000_000) if text.endswith("M") else int(text)
+
+
+FORMULA = re.compile(r"min\(\s*([\d,.]+M?)\s*,\s*(\d+)\s*x\s*(?:V|the vocabulary size)\s*\)")
+
+
+def _interval_texts() -> dict[str, str]:
+    """Every user-facing text that states the default interval: the docs, the README and
+    ``train --help`` (generated from the TrainConfig field's help)."""
+    texts = {p.name: p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    field = next(f for f in dataclasses.fields(TrainConfig) if f.name == "sync_every")
+    texts["train --help"] = field.metadata["help"]
+    return texts
+
+
+def test_docs_state_the_default_interval_the_code_uses():
+    """docs/running.md once said min(1M, 40 x V), up to 4 ranks, shrinking as 4/P, while the
+    code and --help said min(2M, 80 x V), up to 2 ranks, 2 W / P^2 beyond: every statement of
+    the formula is checked against plan.py's constants, and the defaults table of
+    docs/sync-modes.md cell by cell against auto_sync_every."""
+    from mpidwe.train.plan import (SYNC_EVERY_MIN, SYNC_FULL_INTERVAL_RANKS, SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE,
+                                   auto_sync_every)
+
+    stated = 0
+    for name, text in _interval_texts().items():
+        for sentence in re.split(r"(?<=[.;])\s", " ".join(text.split())):
+            for m in FORMULA.finditer(sentence):
+                stated += 1
+                assert (_number(m.group(1)), int(m.group(2))) == (SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE), \
+                    f"{name}: {m.group(0)!r}"
+            if not FORMULA.search(sentence):
+                continue
+            for ranks in re.findall(r"up to (\d+) ranks", sentence) + re.findall(r"as (\d+)/P", sentence):
+                assert int(ranks) == SYNC_FULL_INTERVAL_RANKS, f"{name}: {sentence!r}"
+            for least in re.findall(r"at least ([\d,]+)", sentence):
+                assert _number(least) == SYNC_EVERY_MIN, f"{name}: {sentence!r}"
+    assert stated >= 3          # running.md, sync-modes.md and --help at least
+
+    table = (ROOT / "docs" / "sync-modes.md").read_text().split("The defaults:", 1)[1]
+    header, _, *rows = [ln for ln in table.split("\n\n", 2)[1].splitlines() if ln.startswith("|")]
+    ranks = [int(c.split("=")[-1]) for c in header.strip("|").split("|")[1:]]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        vocab = int(cells[0].rsplit(" ", 1)[1].replace(",", ""))
+        assert [int(c.replace(",", "")) for c in cells[1:]] == [auto_sync_every(vocab, p) for p in ranks], row
+    assert len(rows) == 2

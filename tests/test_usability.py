@@ -130,6 +130,18 @@ def test_progress_line_reports_rates_eta_and_the_slowest_rank():
     assert "loss 1.5000" in line and "ETA 0:00:20" in line and line.endswith("slowest rank 0: compute 90%, comm 10%")
 
 
+def test_progress_rate_and_eta_leave_the_compiling_round_out():
+    """The first round compiles numba's kernel (up to a minute): measured from its end, the
+    rate and ETA are the training's (the first line once said 4.13k words/s, ETA 0:12:37,
+    for a job that ended in 29 s)."""
+    clock = iter([0.0, 60.0, 70.0]).__next__
+    t = ProgressLog(5.0, 1_000_000, 0, now=clock)                     # created at t = 0
+    t.rebase(10_000, 40.0, 10.0, np.array([[59.0, 0.5]]))            # round 1 ends at t = 60
+    line = t.line(260_000, 440.0, 210.0, 0.02, np.array([[68.0, 1.0]]))   # at t = 10 s later
+    assert "26.0% 260.0k/1.00M words, loss 2.0000, lr 0.02000, 25.0k words/s, ETA 0:00:30" in line, line
+    assert line.endswith("; compute 90%")
+
+
 def test_no_bar_without_a_terminal(tmp_path):
     with open(tmp_path / "log", "w") as fh:
         assert not bar_wanted(True, fh)
@@ -145,6 +157,7 @@ def test_batch_log_gets_timestamped_lines_and_metrics_get_wall_time(corpus, tmp_
     assert lines and all(LINE.match(ln) for ln in lines), proc.stderr
     assert all("slowest rank" in ln for ln in lines)
     assert "\r" not in proc.stderr          # no progress bar in a log file
+    assert "the first round compiles the training kernel unless numba has it cached" in proc.stdout
     records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     now = time.time()
     assert all(now - 600 < r["time"] <= now for r in records)

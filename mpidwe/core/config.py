@@ -311,9 +311,11 @@ class _Parser(argparse.ArgumentParser):
         return out
 
 
-def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: bool = False):
+def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: bool = False,
+                  return_given: bool = False):
     """argv -> frozen ``cls``. With ``config_file_flag``, ``--config FILE`` (TOML) gives
-    defaults and flags override them."""
+    defaults and flags override them; ``return_given`` also returns the names of the
+    options the user set (flags or the file), a frozenset (it needs ``config_file_flag``)."""
     parser = _Parser(prog=prog, description=description,
                      foreign=FOREIGN_OPTIONS.get(prog.split(".")[-1].split()[-1], {}))
     if config_file_flag:
@@ -325,7 +327,39 @@ def parse_command(cls, argv, *, prog: str, description: str, config_file_flag: b
     if config_path:
         values.update({k.replace("-", "_"): v for k, v in load_toml(config_path).items()})
     values.update(ns)
-    return from_mapping(cls, values, source=config_path or "options")
+    cfg = from_mapping(cls, values, source=config_path or "options")
+    return (cfg, frozenset(values)) if return_given else cfg
+
+
+_FLAG_WORD = re.compile(r"--([a-z][a-z0-9-]*)(?: ('[^']*'|[\w.:/-]+))?")
+
+
+def keyword_message(cls, message: str) -> str:
+    """A command's error message in the words of its Python call: ``--force`` becomes
+    ``force=True``, ``--no-progress`` ``progress=False``, ``--resume auto``
+    ``resume='auto'``, ``--epochs 3`` ``epochs=3``, any other flag its keyword (``--dim
+    must be`` -> ``dim must be``). Flags that are not fields of ``cls`` stay as they are."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+
+    def keyword(m: re.Match) -> str:
+        name, value = m.group(1).replace("-", "_"), m.group(2)
+        negated = name.startswith("no_") and name[3:] in fields and hints[name[3:]] is bool
+        key = name[3:] if negated else name
+        if key not in fields or fields[key].metadata.get("positional"):
+            return m.group(0)
+        if hints[key] is bool:
+            return f"{key}={not negated}" + (f" {value}" if value else "")
+        if value is None:
+            return key
+        base = _base_type(hints[key])
+        if base in (int, float) and re.fullmatch(r"-?[\d.e+-]+", value):
+            return f"{key}={value}"
+        if value.startswith("'") or value in (fields[key].metadata.get("choices") or ()) or value == "auto":
+            return f"{key}={value if value.startswith(chr(39)) else repr(value)}"
+        return f"{key} {value}"
+
+    return _FLAG_WORD.sub(keyword, message)
 
 
 def resolve_path(p: str) -> str:

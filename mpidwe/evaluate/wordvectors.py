@@ -6,6 +6,8 @@ Arrays in, answers out: what :func:`mpidwe.load` and :func:`mpidwe.fit` return.
 
 from __future__ import annotations
 
+import logging
+import numbers
 import os
 
 import numpy as np
@@ -14,6 +16,25 @@ from ..core.errors import InputError
 
 
 MATRICES = ("input", "output", "sum")
+
+
+_log = logging.getLogger("mpidwe")
+
+
+def _as_list(value) -> list:
+    """One query term or several, as gensim's ``_ensure_list``: a word, a row number or one
+    vector is one term; a 2-D array is one term per row; anything else iterable, its items."""
+    if value is None:
+        return []
+    if isinstance(value, (str, numbers.Integral)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        return [value]
+    if isinstance(value, np.ndarray) and value.ndim == 2:
+        return list(value)
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError(f"expected words, row numbers or vectors, got {value!r} "
+                        f"({type(value).__name__})") from None
 
 
 class WordVectors:
@@ -78,10 +99,38 @@ class WordVectors:
 
     def __getitem__(self, word: str) -> np.ndarray:
         """The vector of ``word`` (a row of ``vectors``, not a copy); for a word outside the
-        vocabulary, the OOV model's vector (:meth:`vector`)."""
+        vocabulary, the OOV model's vector (:meth:`vector`); an int is a row number, as in gensim."""
         if self.oov is not None and isinstance(word, str) and word not in self.index:
             return self.vector(word)
-        return self.vectors[self.row(word)]
+        return self.vectors[self.get_index(word)]
+
+    # gensim's KeyedVectors names for the same things
+    @property
+    def key_to_index(self) -> dict[str, int]:
+        """word -> row (the same dict as :attr:`index`)."""
+        return self.index
+
+    @property
+    def index_to_key(self) -> list[str]:
+        """The words in row order (the same list as :attr:`words`)."""
+        return self.words
+
+    def has_index_for(self, key) -> bool:
+        return isinstance(key, str) and key in self.index
+
+    def get_index(self, key) -> int:
+        """The row of a word, or an int row number itself (as gensim); a KeyError naming it."""
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            if 0 <= key < len(self):
+                return int(key)
+            raise KeyError(f"row {key} is out of range ({len(self):,} words)")
+        return self.row(key)
+
+    def get_vector(self, key, norm: bool = False) -> np.ndarray:
+        """The vector of a word or row number (:meth:`vector`); ``norm=True``: scaled to unit
+        length (gensim's ``get_vector(key, norm=True)``)."""
+        v = self.vector(key) if isinstance(key, str) else self.vectors[self.get_index(key)]
+        return v / max(float(np.linalg.norm(v)), 1e-12) if norm else v
 
     def vector(self, word: str) -> np.ndarray:
         """The word's vector: its row, or for a word outside the vocabulary the vector the
@@ -92,14 +141,6 @@ class WordVectors:
         if self.oov is None:
             self.row(word)                 # raises the KeyError that names the word
         return np.asarray(self.oov.vector(word), dtype=np.float32)
-
-    def _unit_of(self, word: str) -> tuple[np.ndarray, int | None]:
-        """(unit vector, row or None for an OOV word) of a query word."""
-        i = self.index.get(word) if isinstance(word, str) else None
-        if i is not None:
-            return self.unit[i], i
-        v = self.vector(word)
-        return v / max(float(np.linalg.norm(v)), 1e-12), None
 
     def row(self, word: str) -> int:
         """The row of ``word``; a KeyError naming it when it is not in the vocabulary."""
@@ -115,38 +156,150 @@ class WordVectors:
         return f"<WordVectors: {len(self):,} words x {self.dim}, {self.matrix} matrix{src}>"
 
     # ---------------------------------------------------------------- queries
-    def most_similar(self, positive=None, negative=None, topn: int | None = 10):
-        """The ``topn`` words closest by cosine to the normalised sum of the unit vectors of
-        the ``positive`` words minus those of the ``negative`` words (3CosAdd, as gensim's
-        ``KeyedVectors.most_similar``), excluding the query words: a list of
-        ``(word, cosine)``, best first. ``positive`` and ``negative`` are a word or a list of
-        words; ``most_similar(positive=["king", "woman"], negative=["man"])`` answers
-        man:king :: woman:?. ``topn=None`` returns the cosine of every word (an array in
-        vocabulary order, query words included). An unknown word is a KeyError."""
-        positive = [positive] if isinstance(positive, str) else list(positive or [])
-        negative = [negative] if isinstance(negative, str) else list(negative or [])
-        if not positive and not negative:
-            raise ValueError("most_similar needs at least one positive or negative word")
-        if topn is not None and topn < 1:
-            return []
-        looked = [self._unit_of(w) for w in positive + negative]
-        rows = [i for _, i in looked if i is not None]
-        weights = np.array([1.0] * len(positive) + [-1.0] * len(negative), dtype=np.float32)
-        query = weights @ np.stack([u for u, _ in looked])
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        scores = self.unit @ query
+    def _term(self, term, who: str) -> tuple[np.ndarray, int | None, bool]:
+        """One query term: (vector, its row or None, whether the vector is a unit one). A
+        word or row number gives its unit vector (an unknown word: the OOV model's, or a
+        KeyError); a vector of ``dim`` numbers is taken as it is (as gensim). A row that is
+        not finite (nan or inf: a diverged or damaged model) is refused, never used."""
+        if isinstance(term, np.ndarray) or (isinstance(term, (list, tuple)) and term
+                                            and all(isinstance(x, numbers.Real) for x in term)):
+            v = np.asarray(term, dtype=np.float32)
+            if v.shape != (self.dim,):
+                raise ValueError(f"{who}: a query vector must have {self.dim} numbers (these vectors' "
+                                 f"dimension), got shape {v.shape}")
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"{who}: the query vector has nan or inf values")
+            return v, None, False
+        if isinstance(term, bool) or not isinstance(term, (str, numbers.Integral)):
+            raise TypeError(f"{who}: a query is a word, a row number or a vector of {self.dim} numbers, "
+                            f"got {term!r} ({type(term).__name__})")
+        if isinstance(term, str) and term not in self.index and self.oov is not None:
+            v = np.asarray(self.oov.vector(term), dtype=np.float32)
+            return v / max(float(np.linalg.norm(v)), 1e-12), None, True
+        i = self.get_index(term)
+        if not np.all(np.isfinite(self.vectors[i])):
+            raise InputError(f"the vector of {self.words[i]!r} (row {i}) has nan or inf values (a diverged or "
+                             f"damaged model), so it cannot be queried")
+        return self.unit[i], i, True
+
+    def _terms(self, positive, negative, who: str):
+        """The weighted terms of a query: [(vector, row, unit, weight)]; a (term, weight)
+        pair sets the weight (as gensim); positive terms weigh 1, negative -1 by default."""
+        out = []
+        for items, sign in ((_as_list(positive), 1.0), (_as_list(negative), -1.0)):
+            for item in items:
+                weight = sign
+                if (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], numbers.Real)
+                        and not isinstance(item[0], numbers.Real)):
+                    item, weight = item
+                out.append((*self._term(item, who), float(weight)))
+        if not out:
+            raise ValueError(f"{who} needs at least one positive or negative word")
+        return out
+
+    def _scores(self, query: np.ndarray, restrict_vocab: int | None) -> np.ndarray:
+        """Cosine of every row (of the first ``restrict_vocab``) with a unit ``query``; rows
+        that are not finite score -inf."""
+        unit = self.unit if restrict_vocab is None else self.unit[:max(0, int(restrict_vocab))]
+        scores = unit @ query
         scores[~np.isfinite(scores)] = -np.inf
-        if topn is None:
-            return scores
-        exclude = set(rows)
+        return scores
+
+    def _best(self, scores: np.ndarray, exclude: set, topn: int) -> list[tuple[str, float]]:
+        """The ``topn`` best finite scores, rows in ``exclude`` left out."""
         k = min(topn + len(exclude), len(scores))
         best = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         best = best[np.argsort(-scores[best], kind="stable")]
-        return [(self.words[i], float(scores[i])) for i in best if i not in exclude][:topn]
+        return [(self.words[i], float(scores[i])) for i in best
+                if i not in exclude and np.isfinite(scores[i])][:topn]
 
-    def similarity(self, w1: str, w2: str) -> float:
-        """Cosine similarity of two words (an OOV word through the OOV model, if any)."""
-        return float(self._unit_of(w1)[0] @ self._unit_of(w2)[0])
+    def most_similar(self, positive=None, negative=None, topn: int | None = 10, restrict_vocab: int | None = None):
+        """The ``topn`` words closest by cosine to the normalised weighted sum of the unit
+        vectors of the ``positive`` words minus those of the ``negative`` words (3CosAdd, as
+        gensim's ``KeyedVectors.most_similar``), excluding the query words: a list of
+        ``(word, cosine)``, best first. ``positive`` and ``negative`` take a word, a row
+        number, a vector, a ``(term, weight)`` pair or a list of them;
+        ``most_similar(positive=["king", "woman"], negative=["man"])`` answers man:king ::
+        woman:?. ``restrict_vocab``: search only the first (most frequent) that many words.
+        ``topn=None`` returns the cosine of every word (an array in vocabulary order, query
+        words included, -inf for a row that is not finite). An unknown word is a KeyError;
+        a word whose row is not finite is refused, and such rows are never answers."""
+        if topn is not None and topn < 1:
+            return []
+        terms = self._terms(positive, negative, "most_similar")
+        query = np.stack([w * v for v, _, _, w in terms]).sum(axis=0, dtype=np.float32)
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        scores = self._scores(query, restrict_vocab)
+        if topn is None:
+            return scores
+        return self._best(scores, {i for _, i, _, _ in terms if i is not None}, topn)
+
+    def most_similar_cosmul(self, positive=None, negative=None, topn: int | None = 10,
+                            restrict_vocab: int | None = None):
+        """3CosMul (Levy and Goldberg 2014, gensim's ``most_similar_cosmul``): the words that
+        maximise the product of the cosines (shifted to [0, 1]) with the ``positive`` terms
+        over the product with the ``negative`` ones (+ 1e-6); the same terms as
+        :meth:`most_similar`, the query words excluded."""
+        if topn is not None and topn < 1:
+            return []
+        terms = self._terms(positive, negative, "most_similar_cosmul")
+        if not any(w > 0 for *_, w in terms):
+            raise ValueError("most_similar_cosmul needs at least one positive word")
+        unit = self.unit if restrict_vocab is None else self.unit[:max(0, int(restrict_vocab))]
+        with np.errstate(invalid="ignore"):
+            shifted = [(1 + unit @ v) / 2 for v, *_ in terms]
+            pos = np.prod([d for d, (*_, w) in zip(shifted, terms) if w > 0], axis=0)
+            neg = np.prod([d for d, (*_, w) in zip(shifted, terms) if w < 0], axis=0)
+            scores = pos / (neg + 0.000001)
+        scores[~np.isfinite(scores)] = -np.inf
+        if topn is None:
+            return scores
+        return self._best(scores, {i for _, i, _, _ in terms if i is not None}, topn)
+
+    def _unit_term(self, term, who: str) -> np.ndarray:
+        v, _, is_unit = self._term(term, who)
+        return v if is_unit else v / max(float(np.linalg.norm(v)), 1e-12)
+
+    def similarity(self, w1, w2) -> float:
+        """Cosine similarity of two words (an OOV word through the OOV model, if any), row
+        numbers or vectors."""
+        return float(self._unit_term(w1, "similarity") @ self._unit_term(w2, "similarity"))
+
+    def distance(self, w1, w2) -> float:
+        """1 - cosine similarity (gensim's ``distance``)."""
+        return 1.0 - self.similarity(w1, w2)
+
+    def distances(self, word_or_vector, other_words=()) -> np.ndarray:
+        """1 - cosine similarity of a word or vector with every word, or with ``other_words``
+        (an array in their order, as gensim; nan for a row that is not finite)."""
+        v = self._unit_term(word_or_vector, "distances")
+        rows = self.unit if not other_words else self.unit[[self.get_index(w) for w in other_words]]
+        return 1 - rows @ v
+
+    def closer_than(self, key1, key2) -> list[str]:
+        """The words closer to ``key1`` than ``key2`` is (gensim's ``closer_than``)."""
+        d = self.distances(key1)
+        i, j = self.get_index(key1), self.get_index(key2)
+        return [self.words[k] for k in np.flatnonzero(d < d[j]) if k != i]
+
+    def rank(self, key1, key2) -> int:
+        """The rank of ``key2`` among the neighbours of ``key1`` (1: the nearest; gensim's ``rank``)."""
+        return len(self.closer_than(key1, key2)) + 1
+
+    def doesnt_match(self, words) -> str:
+        """The word furthest from the mean of the others' unit vectors (gensim's
+        ``doesnt_match``); words without a vector are left out with a warning, as gensim does."""
+        words = _as_list(words)
+        used = [w for w in words if w in self or (self.oov is not None and isinstance(w, str))]
+        if len(used) != len(words):
+            _log.warning("doesnt_match: not in the vocabulary, left out: %s",
+                         ", ".join(repr(w) for w in words if w not in used))
+        if not used:
+            raise ValueError("doesnt_match: none of the words is in the vocabulary")
+        vectors = np.stack([self._unit_term(w, "doesnt_match") for w in used]).astype(np.float32)
+        mean = vectors.mean(axis=0)
+        mean /= max(float(np.linalg.norm(mean)), 1e-12)
+        return sorted(zip((vectors @ mean).tolist(), used))[0][1]
 
     # ---------------------------------------------------------------- benchmarks
     def evaluate_word_pairs(self, path: str):

@@ -31,6 +31,9 @@ The modules, in the order a run uses them:
 - ``vocab``: the counts merged, the vocabulary built, held out or grown.
 """
 
+import sys
+import types
+
 from .cli import PROG, main
 from .output import INHERITED_OPTIONS, appended_config
 from .passes import FLUSH_TOKENS, IdSpool, RankIds, count_compiled, count_tokens, final_ids, final_ids_compiled
@@ -42,3 +45,16 @@ __all__ = ["ENGINES", "FLUSH_TOKENS", "INHERITED_OPTIONS", "PROG", "IdSpool", "I
            "appended_config", "build_vocab", "build_vocab_from_table", "count_compiled", "count_tokens",
            "final_ids", "final_ids_compiled", "grow_vocab", "hold_out", "main", "merge_counts", "merge_tables",
            "run"]
+
+
+class _CallableModule(types.ModuleType):
+    """``mpidwe.preprocess(*inputs, **options)``: the module, called, preprocesses
+    (call.preprocess), as ``mpidwe.train(**options)`` trains."""
+
+    def __call__(self, *inputs, **options):
+        from .call import preprocess
+
+        return preprocess(*inputs, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

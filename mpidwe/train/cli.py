@@ -11,13 +11,14 @@ from .runner import StopRequest, run
 
 
 def _body(argv, comm: Comm, stop: StopRequest) -> int:
-    cfg = comm.agree(parse_command, TrainConfig, argv, prog=PROG, config_file_flag=True,
-                     description="Train word embeddings (SGNS/CBOW) on every rank's shard.")
+    cfg, given = comm.agree(parse_command, TrainConfig, argv, prog=PROG, config_file_flag=True,
+                            return_given=True,
+                            description="Train word embeddings (SGNS/CBOW) on every rank's shard.")
     if cfg.follow:
         from .follow import run_follow
 
         return run_follow(cfg, comm, stop)
-    result = run(cfg, comm, stop=stop)
+    result = run(cfg, comm, stop=stop, given=given)
     return EXIT_REQUEUE if result.stopped else 0
 
 

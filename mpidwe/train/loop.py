@@ -79,6 +79,7 @@ class RunResult:
     words_total: int = 0
     stopped: bool = False          # stopped early by SIGTERM/SIGUSR1 after a checkpoint
     checkpoint: str | None = None
+    config: dict | None = None       # the configuration as run (plan.resolved)
 
 
 @dataclass
@@ -252,12 +253,17 @@ class Trainer:
         now = time.perf_counter()
         marks = Marks(now, p.words_done, p.words_done, now, p.words_done, p.words_done)
         ckpt_path, stopped = None, False
+        finished = p.round >= plan.rounds      # resumed from the run's final checkpoint
         try:
+            self.say_compiling(plan.rounds - p.round)
+            first = p.round
             for rnd in range(p.round, plan.rounds):
                 totals = self.round(rnd, bar, ticker, marks)
                 window += (totals.loss, totals.examples)
                 run_loss += (totals.loss, totals.examples)
-                if totals.log_due:
+                if rnd == first and rnd < plan.rounds - 1:     # in place of a line due now
+                    self.after_first_round(ticker, run_loss)
+                elif totals.log_due:
                     self.progress_line(ticker, run_loss)
                 last = rnd == plan.rounds - 1
                 if (rnd + 1) % cfg.log_every == 0 or last or totals.stop:
@@ -276,11 +282,29 @@ class Trainer:
         seconds = time.perf_counter() - marks.t_start
         self.store.host()
         self.store.close()
-        self.finish(stopped, ckpt_path, p.words_done - marks.words_at_start, seconds)
+        if finished:
+            self.already_finished()
+        else:
+            self.finish(stopped, ckpt_path, p.words_done - marks.words_at_start, seconds)
         return RunResult(state.w_in, state.w_out, self.words, state.history, seconds, p.words_done,
-                         stopped, ckpt_path)
+                         stopped, ckpt_path, plan.resolved)
 
     # ---------------------------------------------------------------- log, checkpoint, end
+    def say_compiling(self, rounds_left: int) -> None:
+        """Rank 0: why the first round may be slow (numba compiles the kernel for this mode
+        and --dim on its first use on a machine, then loads it from its disk cache)."""
+        if self.log and rounds_left > 0 and self.plan.kernel == "numba":
+            self.log("the first round compiles the training kernel unless numba has it cached (once per "
+                     "machine, mode and --dim: up to a minute); the progress rate and ETA leave that round out")
+
+    def after_first_round(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
+        """Every rank: the progress line measures from the end of the first round (a gather,
+        made by every rank whether or not rank 0 logs lines)."""
+        per_rank = self.comm.gather((self.compute_s, self.store.stats.comm_seconds))
+        if ticker is not None:
+            ticker.rebase(self.state.progress.words_done, run_loss[0], run_loss[1],
+                          np.array(per_rank, dtype=np.float64))
+
     def progress_line(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
         """Every rank: gather compute and communication seconds; rank 0 logs the line."""
         per_rank = self.comm.gather((self.compute_s, self.store.stats.comm_seconds))
@@ -378,6 +402,13 @@ class Trainer:
         vectors = os.path.join(cfg.out, "vectors.txt")
         failed = self.store.write_vectors(vectors, self.words, self.word_vectors)
         comm.on_root(self._exported, vectors, failed, ckpt_path, broadcast=False)
+
+    def already_finished(self) -> None:
+        """A resumed run with nothing left to train: say so, and how to train more."""
+        if self.log:
+            p, epochs = self.state.progress, self.cfg.epochs
+            self.log(f"nothing to train: the run in {self.cfg.out} is finished ({p.words_done:,} words, "
+                     f"--epochs {epochs}); give --epochs {epochs + 1} or more to train further")
 
     def _exported(self, vectors: str, failed: str | None, ckpt_path: str | None) -> None:
         if failed is not None:     # the model is safe in the checkpoint: say how to get it

@@ -72,6 +72,14 @@ class ProgressLog:
         self.last_loss = np.zeros(2)          # loss sum, examples at the last line
         self.last_ranks: np.ndarray | None = None
 
+    def rebase(self, words: int, loss_sum: float, examples: float, per_rank: np.ndarray) -> None:
+        """Measure from here: the next line's rate, ETA, loss and shares leave out what came
+        before (the first round, in which numba compiles the kernel: seconds to a minute on a
+        machine without its disk cache, which would make the rate look 100x too slow)."""
+        self.last_t, self.last_words = self.now(), words
+        self.last_loss = np.array([loss_sum, examples])
+        self.last_ranks = per_rank.copy()
+
     def due(self) -> bool:
         return self.every_s > 0 and self.now() - self.last_t >= self.every_s
 

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from ..core.config import MAX_LOCAL_LR_NS, TrainConfig
+from ..core.config import MAX_LOCAL_LR_NS, TrainConfig, from_mapping, to_dict
 from ..core.errors import InputError
 from ..dist.comm import Comm
 from ..io import checkpoint
@@ -40,6 +40,62 @@ RESUME_TORCH_MUST_MATCH = ("batch_size",)
 
 # what a checkpoint written before an option existed ran with
 RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000}
+
+
+# what a resumed run takes from its checkpoint when the user does not give it (gensim's
+# model.train() goes on with the model's own settings): everything that decides what it
+# computes, the corpus, the length, the checkpoint cadence and the evaluation. Not the
+# device, threads or logging, which belong to the machine and the session; --sync-every
+# only on as many ranks as wrote the checkpoint (stored resolved, so on other ranks the
+# default interval of those ranks applies).
+RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + (
+    "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
+    "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
+    "eval_analogy", "eval_pip", "eval_restrict_vocab")
+
+
+def adopt_checkpoint_settings(cfg: TrainConfig, given, comm: Comm, log) -> TrainConfig:
+    """``cfg`` with the settings of the checkpoint ``--resume`` names that the user did not
+    give (``given``: the option names set on the command line, in a --config file or as
+    keyword arguments; None: take nothing). One the user gives and the checkpoint differs
+    on is refused later, by :func:`find_checkpoint`."""
+    if not cfg.resume or given is None:
+        return cfg
+    changes = comm.on_root(_settings_to_adopt, cfg, frozenset(given), comm.size)
+    if not changes:
+        return cfg
+    if log:
+        log("resuming with the checkpoint's settings: " + ", ".join(
+            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in changes.items()))
+    return from_mapping(TrainConfig, dict(to_dict(cfg), **changes), source="the checkpoint's configuration")
+
+
+def _settings_to_adopt(cfg: TrainConfig, given: frozenset, world: int) -> dict:
+    """Rank 0: the stored settings that differ from ``cfg`` and the user did not give."""
+    stored = _stored_config(cfg)
+    if stored is None:            # none readable: find_checkpoint says why, or starts fresh
+        return {}
+    keys = [k for k in RESUME_ADOPTS if k not in given and k in stored]
+    if "sync_every" not in given and stored.get("ranks") == world and "sync_every" in stored:
+        keys.append("sync_every")
+    current = to_dict(cfg)
+    return {k: stored[k] for k in keys if stored[k] != current[k]}
+
+
+def _stored_config(cfg: TrainConfig) -> dict | None:
+    """The configuration of the checkpoint ``--resume`` names (auto: the newest that opens;
+    unchecked here, find_checkpoint checks it), or None."""
+    if cfg.resume == "auto":
+        paths = list(reversed(checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints"))))
+    else:
+        paths = [cfg.resume]
+    for path in paths:
+        try:
+            return checkpoint.load(path, verify=False, params=False).config
+        except InputError:
+            continue
+    return None
 
 
 def resume_must_match(resolved: dict) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from ..dist.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Plan, make_plan
-from .resume import continued_plan, fresh_state, load_state
+from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir
 from .warm import warm_start
 
@@ -73,10 +73,14 @@ class StopRequest:
             signal.signal(sig, old)
 
 
-def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = None) -> RunResult:
+def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = None,
+        given=None) -> RunResult:
     """Train on every rank of ``comm``. ``stop`` (installed by ``main`` as early as possible)
-    turns SIGTERM/SIGUSR1 into a checkpoint and a clean exit."""
+    turns SIGTERM/SIGUSR1 into a checkpoint and a clean exit. ``given``: the names of the
+    options the user set; a resumed run takes the others from its checkpoint (None: none,
+    the run is ``cfg`` as it is)."""
     log = log if comm.is_root else None
+    cfg = adopt_checkpoint_settings(cfg, given, comm, log)
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
     corpus = comm.agree(Corpus, corpus_path, cfg.segments)
     try:
