@@ -78,20 +78,27 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
             "analogy": last["eval"][names["analogy"]], "loss": last["loss"], "lr_scale": cfg["lr_scale"],
             "sync_every": cfg["sync_every"], "syncs": last["syncs"], "epochs": last["epoch"],
             "mb_per_sync": max(last["sync_bytes"]) / syncs / 1e6,
+            # bytes each rank sent in syncs per word it trained, and the syncs' array work
+            # against the kernels' compute, averaged over the ranks
+            "bytes_per_word": sum(b / max(w, 1) for b, w in zip(last["sync_bytes"], last["words_rank"])) / ranks,
+            "array_share": sum(a / max(c, 1e-9) for a, c in zip(last["sync_array_seconds"], last["compute_seconds"]))
+            / ranks,
             "sync_comm_s": max(last["sync_comm_seconds"]), "sync_array_s": max(last["sync_array_seconds"]),
             "train_s": last["seconds"], "wall_s": wall}
 
 
 def table(rows: list[dict]) -> str:
     head = ("| ranks | sync | lr x | words/rank between syncs | syncs per epoch | MB sent per sync and rank "
+            "| bytes per trained word and rank | array / compute "
             "| similarity | analogy | final loss | train s | sync s (comm + array) |")
-    lines = [head, "|" + " --- |" * 11]
+    lines = [head, "|" + " --- |" * 13]
     for r in rows:
         if r["exit"]:
-            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 8)
+            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 10)
             continue
         lines.append(f"| {r['ranks']} | {r['mode']} | {r['lr_scale']} | {r['sync_every']:,} | "
-                     f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['mb_per_sync']:.2f} | {r['sim']:.3f} | "
+                     f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['mb_per_sync']:.2f} | "
+                     f"{r['bytes_per_word']:,.1f} | {r['array_share']:.3f} | {r['sim']:.3f} | "
                      f"{100 * r['analogy']:.1f}% | {r['loss']:.3f} | {r['train_s']:.1f} | "
                      f"{r['sync_comm_s']:.1f} + {r['sync_array_s']:.1f} |")
     return "\n".join(lines)

@@ -38,10 +38,13 @@ def train(ranks, corpus, out, *extra, check=True, timeout=180):
                    check=check, timeout=timeout)
 
 
-@pytest.mark.parametrize("ranks", [2, 4, 8])
-def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks):
+TIERS = ("--sync", "dense", "--wire", "int8", "--sync-full", "4", "--sync-hot", "64", "--sync-every", "5000")
+
+
+@pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS)], ids=["2", "4", "8", "3-tiers"])
+def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks, extra):
     full = tmp_path / "full"
-    train(ranks, corpus, full, "--epochs", "2", "--checkpoint-every", "100000")
+    train(ranks, corpus, full, "--epochs", "2", "--checkpoint-every", "100000", *extra)
     cks = checkpoint.list_checkpoints(str(full / "checkpoints"))
     assert len(cks) >= 4
     # the same run, stopped after its second checkpoint: later checkpoints never happened
@@ -51,7 +54,7 @@ def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks):
         os.unlink(p)
     mid = checkpoint.load(checkpoint.list_checkpoints(str(part / "checkpoints"))[-1])
     assert not mid.complete and 0 < mid.progress.words_done < mid.progress.words_total
-    proc = train(ranks, corpus, part, "--epochs", "2", "--checkpoint-every", "100000", "--resume", "auto")
+    proc = train(ranks, corpus, part, "--epochs", "2", "--checkpoint-every", "100000", "--resume", "auto", *extra)
     assert "resuming from" in proc.stdout
     assert final_params(part) == final_params(full)
     # the metrics history continues where it stopped

@@ -423,6 +423,13 @@ class TrainConfig:
                               "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/sync-modes.md)")
+    wire: str = opt("fp32", "--sync dense: how changed rows travel: fp32, bf16 (16 bits) or int8 (a scale per "
+                    "row and 8 bits per value; docs/sync-modes.md)", choices=["fp32", "bf16", "int8"])
+    sync_hot: int = opt(1024, "--sync-full > 1: rows of each matrix, most frequent first, combined at every "
+                        "sync (docs/sync-modes.md, \"Tiers\")")
+    sync_full: int = opt(1, "every this many syncs all rows are combined; between, a sync combines the "
+                         "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
+                         "tiers); a power of 2; 1: every sync combines every row")
     balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
                        "speed: each round's words are divided among the ranks by the speed each measured "
                        "(for ranks of uneven speed; not bit-reproducible; resumes on any rank count)",
@@ -510,6 +517,14 @@ class TrainConfig:
         for name in ("lr",):
             _positive(name, getattr(self, name))
         _check(0 <= self.sample < 1 and math.isfinite(self.sample), f"--sample must be in [0, 1), got {self.sample}")
+        _check(self.sync_full >= 1 and self.sync_full & (self.sync_full - 1) == 0,
+               f"--sync-full must be a power of 2, got {self.sync_full}")
+        _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
+        _check(self.wire == "fp32" or self.sync == "dense", "--wire bf16 or int8 encodes the rows of --sync dense")
+        _check(self.sync_full == 1 or (self.store == "replicated" and self.kernel != "torch"
+                                       and self.device != "cuda" and self.sync != "average"),
+               "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
+               "sparse or dense")
         _positive("max_local_lr", self.max_local_lr, allow_zero=True)
         if self.max_local_lr == 0:     # automatic: stored resolved, so checkpoints hold the number
             object.__setattr__(self, "max_local_lr", default_max_local_lr(self.loss, self.lr))

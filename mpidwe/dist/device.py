@@ -78,7 +78,7 @@ class DeviceStore(Store):
             host[:] = dev.cpu().numpy()
         self.host_current = True
 
-    def sync(self) -> float:
+    def sync(self, rnd: int) -> float:
         """The round's sync (a collective when there are several ranks); clears the touched
         masks and returns the largest |value| of the rows that changed (inf for NaN)."""
         syncer = self.syncer

@@ -78,10 +78,10 @@ class Synchronizer:
     """Keeps ``base`` copies of the parameters and combines ranks at every ``sync``."""
 
     def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse", scale: int = 1,
-                 allreduce: str = "mpi"):
+                 allreduce: str = "mpi", wire: str = "fp32"):
         if mode not in MODES:
             raise ValueError(f"unknown sync mode {mode!r}")
-        self.comm, self.mode, self.scale, self.allreduce = comm, mode, int(scale), allreduce
+        self.comm, self.mode, self.scale, self.allreduce, self.wire = comm, mode, int(scale), allreduce, wire
         self.base = [p.copy() for p in params] if comm.size > 1 else []
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
@@ -89,20 +89,24 @@ class Synchronizer:
         # caller holding a copy of the parameters elsewhere (mpidwe.dist.device) must refresh
         self.changed_rows: list[np.ndarray] = []
 
-    def sync(self, params: list[np.ndarray], touched: list[np.ndarray]) -> float:
+    def sync(self, params: list[np.ndarray], touched: list[np.ndarray], spans: list[tuple[int, int]] | None = None
+             ) -> float:
         """Combine every rank's changes since the last sync into ``params`` (in place) and
         clear the ``touched`` masks. A collective: every rank calls it the same number of
-        times. Returns the largest |value| of the rows that changed (inf if any is NaN)."""
+        times, with the same ``spans``. ``spans``: per parameter, the rows [a, b) this sync
+        combines (None: all); a row outside keeps its flag and its change until a sync that
+        combines it. Returns the largest |value| of the rows that changed (inf if any is NaN)."""
         t, c, b = time.perf_counter(), self.comm.stats.seconds, self.comm.stats.bytes_sent
         biggest = 0.0
         self.changed_rows = []
         for i, (param, mask) in enumerate(zip(params, touched)):
+            lo, hi = (0, len(param)) if spans is None else spans[i]
             if self.comm.size > 1:
                 step = self._sparse if self.mode == "sparse" else self._dense
-                biggest = max(biggest, step(param, self.base[i], mask))
+                biggest = max(biggest, step(param, self.base[i], mask, lo, hi))
             else:
-                biggest = max(biggest, _max_abs_rows(param, mask))
-            mask[:] = 0
+                biggest = max(biggest, _max_abs_rows(param[lo:hi], mask[lo:hi]))
+            mask[lo:hi] = 0
         s = self.stats
         s.syncs += 1
         s.seconds += time.perf_counter() - t
@@ -110,8 +114,8 @@ class Synchronizer:
         s.bytes_sent += self.comm.stats.bytes_sent - b
         return float(biggest)
 
-    def _sparse(self, param, base, mask) -> float:
-        rows = np.flatnonzero(mask).astype(np.int32)
+    def _sparse(self, param, base, mask, lo: int, hi: int) -> float:
+        rows = (np.flatnonzero(mask[lo:hi]) + lo).astype(np.int32)
         counts = self.comm.allgather_array(np.array([len(rows)], dtype=np.int64))[:, 0].copy()
         longest = int(counts.max())
         send_rows = np.zeros(longest, dtype=np.int32)
@@ -124,20 +128,56 @@ class Synchronizer:
         self.changed_rows.append(np.unique(np.concatenate([all_rows[r, :counts[r]] for r in range(len(counts))])))
         return _apply_rows(base, param, all_rows, all_values, counts, self.scale, self._senders)
 
-    def _dense(self, param, base, mask) -> float:
+    def _dense(self, param, base, mask, lo: int, hi: int) -> float:
+        param, base = param[lo:hi], base[lo:hi]
         delta = np.subtract(param, base)
-        self.comm.allreduce_(delta, self.allreduce)
-        counts = mask.astype(np.int32)
+        if self.wire == "fp32":
+            self.comm.allreduce_(delta, self.allreduce)
+            counts = mask[lo:hi].astype(np.int32)
+        else:                  # encoded rows; the touch counts in a byte each while P < 256
+            self.comm.allreduce_rows_encoded_(delta, self.wire)
+            counts = mask[lo:hi].astype(np.uint8 if self.comm.size < 256 else np.int32)
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
-        self.changed_rows.append(np.flatnonzero(counts))
+        self.changed_rows.append(np.flatnonzero(counts) + lo)
         return _apply_dense(base, param, delta, divisors, counts)
+
+
+class Tiers:
+    """Which rows a sync combines (``--sync-full F``, pWord2Vec's schedule): sync k (counted
+    from 1 over the whole run, so a resumed run keeps the schedule) combines the ``hot`` most
+    frequent rows of each matrix, and at every 2^j-th sync geometrically more of them,
+    hot x (V / hot)^(j / log2 F); every F-th sync combines every row. A row's change waits on
+    its rank until a sync combines it: nothing is lost, and after a sync of every row all
+    ranks hold the same parameters, bit for bit. ``hot_last``: per matrix, whether its most
+    frequent rows are its last (a Huffman tree's top nodes, --loss hs); ``words``: the rows
+    ranked by frequency (the vocabulary; an input matrix's n-gram rows beyond it are only
+    combined with every row)."""
+
+    def __init__(self, rows: list[int], words: int, hot: int, full: int, hot_last: list[bool]):
+        self.rows, self.words, self.hot, self.full, self.hot_last = rows, words, hot, full, hot_last
+        self.levels = max(0, full.bit_length() - 1)
+
+    def covered(self, sync: int) -> int:
+        """How many of the most frequent rows sync ``sync`` (from 1) combines."""
+        if self.full <= 1 or sync % self.full == 0:
+            return self.words
+        level = (sync & -sync).bit_length() - 1        # trailing zeros: 0 at every other sync
+        hot = min(self.hot, self.words)
+        return min(self.words, int(round(hot * (self.words / hot) ** (level / self.levels))))
+
+    def spans(self, sync: int) -> list[tuple[int, int]] | None:
+        """Per matrix, the rows [a, b) sync ``sync`` combines; None: every row."""
+        if self.full <= 1 or sync % self.full == 0:
+            return None
+        n = self.covered(sync)
+        return [(rows - n, rows) if last else (0, n) for rows, last in zip(self.rows, self.hot_last)]
 
 
 # ------------------------------------------------------------------ the store
 class ReplicatedStore(Store):
     """Both matrices on every rank, trained in place by the numba kernel and combined by
-    :class:`Synchronizer`."""
+    :class:`Synchronizer`, every row at every sync or (``--sync-full``) in :class:`Tiers`."""
 
     fresh_params = staticmethod(fresh_params)
     read_params = staticmethod(read_params)
@@ -149,8 +189,12 @@ class ReplicatedStore(Store):
         self.comm, self.params = comm, (w_in, w_out)
         # --subwords: the input matrix has a row per n-gram bucket after the words
         self.touched = (np.zeros(len(w_in), dtype=np.uint8), np.zeros(len(w_out), dtype=np.uint8))
-        self.syncer = Synchronizer(comm, [w_in, w_out], mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce)
+        self.syncer = Synchronizer(comm, [w_in, w_out], mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
+                                   wire=cfg.wire)
         self.stats = self.syncer.stats
+        self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, cfg.sync_hot, cfg.sync_full,
+                           [False, cfg.loss == "hs"]) if comm.size > 1 and cfg.sync_full > 1 else None
+        self.pending = False      # some rank may hold changes no sync has combined yet
         self._kernel = cpu.train_block
 
     def _step(self, tokens, starts, args):
@@ -160,16 +204,28 @@ class ReplicatedStore(Store):
         self._rng = rng
         return train_pieces(self._step, work.pieces, args, on_piece)
 
-    def sync(self) -> float:
-        return self.syncer.sync(list(self.params), list(self.touched))
+    def sync(self, rnd: int) -> float:
+        spans = None if self.tiers is None else self.tiers.spans(rnd + 1)
+        self.pending = spans is not None
+        return self.syncer.sync(list(self.params), list(self.touched), spans)
+
+    def flush(self) -> None:
+        """Combine the changes the tiers left waiting, so that every rank holds the same rows
+        (before an evaluation, a checkpoint or the export)."""
+        if self.pending:
+            self.syncer.sync(list(self.params), list(self.touched))
+            self.pending = False
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
+        self.flush()
         if not self.comm.is_root:
             return None
         return self.params[0] if ids is None else self.params[0][ids]
 
     def save(self, directory: str, ck, keep: int) -> str | None:
+        self.flush()
         return save_on_root(self.comm, directory, ck, keep)
 
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
+        self.flush()
         return write_on_root(self.comm, path, words, lambda: vectors_of(self.params[0]))

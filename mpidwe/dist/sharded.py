@@ -342,7 +342,7 @@ class ShardedStore(Store):
         self._round = (f, base, touched)
         return done
 
-    def sync(self) -> float:
+    def sync(self, rnd: int) -> float:
         """Wait for the next round's pull, push this round's changes, then refresh the next
         round's rows that the push changed."""
         f, base, touched = self._round

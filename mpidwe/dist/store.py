@@ -137,9 +137,9 @@ class Store(ABC):
         advanced in place; ``args`` at the round's start)."""
 
     @abstractmethod
-    def sync(self) -> float:
-        """Combine the ranks' changes of the round; the largest |value| that changed (inf for
-        NaN), the divergence guard's probe."""
+    def sync(self, rnd: int) -> float:
+        """Combine the ranks' changes of round ``rnd`` (counted over the whole run); the
+        largest |value| that changed (inf for NaN), the divergence guard's probe."""
 
     @abstractmethod
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
@@ -154,6 +154,10 @@ class Store(ABC):
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
         """Rank 0 writes the word vectors (``vectors_of``: input matrix -> word vectors) as
         word2vec text; returns why it failed (rank 0), else None."""
+
+    def flush(self) -> None:
+        """Combine every change a sync left waiting (a collective): afterwards every rank holds
+        the same parameters. :meth:`rows`, :meth:`save` and :meth:`write_vectors` flush first."""
 
     def host(self) -> None:
         """After this the run's host arrays hold the trained parameters."""

@@ -227,7 +227,7 @@ class Trainer:
         """Train, sync and agree on round ``rnd``; moves the global progress on."""
         cfg, p = self.cfg, self.state.progress
         words, loss, examples = self.train_round(rnd, bar)
-        max_abs = self.store.sync()
+        max_abs = self.store.sync(rnd)
         due_by_time = (self.comm.is_root and cfg.checkpoint_minutes > 0
                        and time.perf_counter() - marks.ckpt_time >= 60 * cfg.checkpoint_minutes)
         mine = (words, loss, examples, self.stop.requested, due_by_time, ticker is not None and ticker.due())
@@ -331,6 +331,8 @@ class Trainer:
     def metrics_record(self, window, elapsed: float, marks: Marks, due_eval: bool) -> dict | None:
         """Gather every rank's timings; rank 0 builds the record (others get None)."""
         s, store = self.store.stats, self.store
+        if due_eval:
+            store.flush()         # its bytes and seconds belong to the record that evaluates
         per_rank = self.comm.gather((self.comm.stats.bytes_sent + store.extra_comm_bytes(), self.comm.stats.seconds,
                                      self.compute_s, s.comm_seconds, s.array_seconds, s.bytes_sent, self.local_words,
                                      store.report()))

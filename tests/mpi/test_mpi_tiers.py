@@ -1,0 +1,88 @@
+"""Tiered syncs and encoded rows under MPI: a sync that combines only some rows keeps the
+others' changes (nothing is lost), a full sync after it gives what one full sync of every
+change gives, encoded all-reduces leave every rank bit-identical, and training with tiers
+ends with every rank holding the same parameters."""
+
+import numpy as np
+import pytest
+
+from mpidwe.dist import wire
+from mpidwe.dist.comm import Comm
+from mpidwe.dist.replicated import Synchronizer
+
+from test_mpi_train import demo, train_here  # noqa: F401  (demo: the module's corpus fixture)
+
+V, D = 60, 8
+
+
+def local_change(rank: int):
+    """Rank ``rank``'s change: rows 0-9 (hot), 30 (only rank 0) and 55 (every rank)."""
+    rng = np.random.default_rng(100 + rank)
+    rows = np.array([*range(10), 55] + ([30] if rank == 0 else []))
+    delta = np.zeros((V, D), np.float32)
+    delta[rows] = rng.standard_normal((len(rows), D)).astype(np.float32)
+    mask = np.zeros(V, np.uint8)
+    mask[rows] = 1
+    return delta, mask
+
+
+@pytest.mark.parallel([2, 3, 4])
+@pytest.mark.parametrize("mode", ["sparse", "dense"])
+def test_a_partial_sync_keeps_the_other_rows_changes_until_a_full_one_combines_them(mode):
+    comm = Comm.world()
+    start = np.random.default_rng(0).standard_normal((V, D)).astype(np.float32)
+    delta, mask = local_change(comm.rank)
+
+    once, once_mask = start.copy(), mask.copy()                # one full sync of everything
+    first = Synchronizer(comm, [once], mode=mode, scale=2)     # its base: the start
+    once += delta
+    first.sync([once], [once_mask])
+
+    tiered, tiered_mask = start.copy(), mask.copy()
+    s = Synchronizer(comm, [tiered], mode=mode, scale=2)
+    tiered += delta
+    s.sync([tiered], [tiered_mask], [(0, 10)])                 # the hot rows only
+    assert not tiered_mask[:10].any() and tiered_mask[55] == 1 and tiered_mask[30] == (comm.rank == 0)
+    np.testing.assert_array_equal(tiered[10:], (start + delta)[10:])      # waiting, untouched
+    np.testing.assert_array_equal(tiered[:10], once[:10])
+    s.sync([tiered], [tiered_mask])                            # the full sync
+    assert not tiered_mask.any()
+    np.testing.assert_array_equal(tiered, once)
+    assert len(set(comm.allgather(tiered.tobytes()))) == 1
+
+
+@pytest.mark.parallel([2, 3, 4])
+@pytest.mark.parametrize("name", ["bf16", "int8"])
+def test_an_encoded_all_reduce_is_bit_identical_on_every_rank_and_close_to_the_sum(name):
+    """Each value is encoded twice (by its sender and by its segment's owner), whatever P."""
+    comm = Comm.world()
+    rng = np.random.default_rng(7 + comm.rank)
+    n = 1000 + 3       # more rows than ranks and not a multiple of them
+    mine = rng.standard_normal((n, D)).astype(np.float32)
+    every = np.stack(comm.allgather(mine))
+    got = mine.copy()
+    before = comm.stats.bytes_sent
+    comm.allreduce_rows_encoded_(got, name)
+    assert len(set(comm.allgather(got.tobytes()))) == 1
+    exact = every.sum(axis=0)
+    rel = {"bf16": 2 ** -8, "int8": 0.5 / 127}[name]
+    # the senders' rounding (P values, each within rel of its row's peak), then the owner's
+    peaks = np.abs(every).max(axis=2).sum(axis=0)[:, None]
+    assert (np.abs(got - exact) <= rel * (peaks + np.abs(exact).max(axis=1, keepdims=True) * 1.01) + 1e-6).all()
+    sent = comm.stats.bytes_sent - before
+    assert sent == pytest.approx(2 * (comm.size - 1) / comm.size * n * wire.row_bytes(name, D), rel=0.01)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parallel([3])
+def test_training_in_tiers_leaves_the_ranks_identical_and_sends_less(demo, job_tmp):  # noqa: F811
+    comm = Comm.world()
+    flags = ("--dim", "16", "--sync-every", "5000", "--epochs", "1")
+    _, plain = train_here(comm, demo, job_tmp / "plain", "dense", *flags)
+    for sync, extra in [("sparse", ()), ("dense", ("--wire", "int8"))]:
+        _, tiered = train_here(comm, demo, job_tmp / f"tiers-{sync}", sync, *flags,
+                               "--sync-full", "8", "--sync-hot", "64", *extra)
+        if comm.is_root:
+            last, base = tiered.metrics[-1], plain.metrics[-1]
+            assert sum(last["sync_bytes"]) < 0.5 * sum(base["sync_bytes"]), (sync, last["sync_bytes"])
+            assert last["loss"] < tiered.metrics[0]["loss"]

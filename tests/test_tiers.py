@@ -1,0 +1,94 @@
+"""The tiered schedule (--sync-full, --sync-hot) and the wire encodings (--wire), as pure
+arithmetic; under MPI in tests/mpi/test_mpi_tiers.py."""
+
+import numpy as np
+import pytest
+
+from mpidwe.core.config import TrainConfig, parse_command
+from mpidwe.core.errors import MpidweError
+from mpidwe.dist import wire
+from mpidwe.dist.replicated import Tiers
+
+
+def test_hot_rows_every_sync_more_at_rarer_syncs_and_every_row_at_the_full_one():
+    t = Tiers([1000, 1000], words=1000, hot=10, full=8, hot_last=[False, False])
+    covered = [t.covered(k) for k in range(1, 17)]
+    # levels: odd syncs 10 rows; sync 2: 10 x 100^(1/3); 4: 10 x 100^(2/3); 8 and 16: all
+    assert covered[0::2] == [10] * 8
+    assert covered[1] == round(10 * 100 ** (1 / 3)) and covered[3] == round(10 * 100 ** (2 / 3))
+    assert covered[7] == covered[15] == 1000
+    assert t.spans(1) == [(0, 10), (0, 10)] and t.spans(8) is None and t.spans(16) is None
+    assert covered[0] < covered[1] < covered[3] < covered[7]
+
+
+def test_a_huffman_trees_top_rows_are_its_last_and_ngram_rows_wait_for_the_full_sync():
+    # w_in: 1000 words + 500 n-gram buckets; w_out of HS: 999 inner nodes, the root last
+    t = Tiers([1500, 999], words=1000, hot=10, full=4, hot_last=[False, True])
+    assert t.spans(1) == [(0, 10), (989, 999)]
+    assert t.spans(4) is None
+
+
+def test_one_level_means_every_sync_is_full():
+    t = Tiers([100], words=100, hot=10, full=1, hot_last=[False])
+    assert all(t.spans(k) is None for k in range(1, 10))
+
+
+@pytest.mark.parametrize("name", wire.WIRES)
+def test_every_wire_decodes_close_to_what_it_encoded_with_its_documented_size(name):
+    rng = np.random.default_rng(0)
+    rows = (rng.standard_normal((50, 16)) * rng.uniform(1e-4, 10, (50, 1))).astype(np.float32)
+    rows[3] = 0.0                                           # an all-zero row stays zero (int8's scale 0)
+    data = wire.encode(rows, name)
+    assert data.dtype == np.uint8 and data.shape == (50, wire.row_bytes(name, 16))
+    back = wire.decode(data, name, 16)
+    assert back.dtype == np.float32 and back.shape == rows.shape and not back[3].any()
+    peak = np.abs(rows).max(axis=1, keepdims=True)
+    err = np.abs(back - rows)
+    bound = {"fp32": 0.0, "bf16": 2 ** -8 * np.abs(rows), "int8": 0.5 / 127 * peak * (1 + 1e-6)}[name]
+    assert (err <= bound).all(), (name, float((err - bound).max()))
+    assert np.array_equal(wire.decode(wire.encode(back, name), name, 16), back), "decoding is a fixed point"
+
+
+def test_bf16_rounds_to_nearest_even_and_keeps_nan_and_inf():
+    x = np.array([[1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, np.inf, np.nan]], np.float32)
+    back = wire.decode(wire.encode(x, "bf16"), "bf16", 4)
+    assert back[0, 0] == 1.0 and back[0, 1] == 1.0 + 2 ** -6
+    assert np.isinf(back[0, 2]) and np.isnan(back[0, 3])
+
+
+def _cfg(*flags):
+    return parse_command(TrainConfig, ["--corpus", "c.h5", "--out", "o", *flags], prog="t", description="")
+
+
+@pytest.mark.parametrize("flags,msg", [
+    (["--sync-full", "3"], "--sync-full must be a power of 2"),
+    (["--sync-full", "0"], "--sync-full must be a power of 2"),
+    (["--sync-hot", "0", "--sync-full", "4"], "--sync-hot must be >= 1"),
+    (["--wire", "int8"], "--wire bf16 or int8 encodes the rows of --sync dense"),
+    (["--sync-full", "4", "--store", "sharded"], "--sync-full > 1 combines rows in tiers"),
+    (["--sync-full", "4", "--sync", "average"], "--sync-full > 1 combines rows in tiers"),
+])
+def test_the_options_refuse_what_they_cannot_do(flags, msg):
+    with pytest.raises(MpidweError) as e:
+        _cfg(*flags)
+    assert msg in str(e.value)
+
+
+def test_the_options_take_what_they_can_do():
+    cfg = _cfg("--sync", "dense", "--wire", "int8", "--sync-full", "64", "--sync-hot", "512")
+    assert (cfg.wire, cfg.sync_full, cfg.sync_hot) == ("int8", 64, 512)
+
+
+def test_a_row_with_nan_or_inf_decodes_as_nan_so_the_divergence_guard_sees_it():
+    rows = np.ones((3, 4), np.float32)
+    rows[1, 2], rows[2, 0] = np.nan, np.inf
+    back = wire.decode(wire.encode(rows, "int8"), "int8", 4)
+    assert np.array_equal(back[0], rows[0]) and np.isnan(back[1]).all() and np.isnan(back[2]).all()
+
+
+def test_decode_add_sums_into_its_target():
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    total = np.ones((3, 4), np.float32)
+    for name in wire.WIRES:
+        got = wire.decode_add(wire.encode(rows, name), name, total.copy())
+        np.testing.assert_allclose(got, rows + 1, rtol=0.01, atol=0.06)
