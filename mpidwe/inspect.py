@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
 
@@ -505,7 +506,17 @@ def run(argv=None) -> int:
     return query_command(a, vecs)
 
 
+class _Warnings(logging.Handler):
+    """The library's warnings (the ``mpidwe`` logger: an unusable character model) as this
+    command's own lines on standard error."""
+
+    def emit(self, record):
+        _warn(record.getMessage())
+
+
 def main(argv=None) -> int:
+    logger, handler = logging.getLogger("mpidwe"), _Warnings(logging.WARNING)
+    logger.addHandler(handler)
     try:
         return run(argv)
     except MpidweError as e:
@@ -514,6 +525,8 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader went away (| head): stop quietly, also at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        logger.removeHandler(handler)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import datetime
 import glob
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -526,10 +527,22 @@ def save_char_model(ck: Checkpoint, meta: dict, params: dict[str, np.ndarray], m
     return path
 
 
-def load_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] | None:
+def load_char_model(ck: Checkpoint, warn=None) -> tuple[dict, dict[str, np.ndarray], str] | None:
     """(meta, params, matrix) of the character generator beside checkpoint ``ck``, or None
-    when there is none. A file that is damaged, of another format or version, or fitted to
-    another checkpoint is refused with one line."""
+    when there is none, or when it cannot be used (damaged, of another format or version,
+    fitted to another checkpoint): it is optional, so the checkpoint stays usable and only
+    the words outside the vocabulary go unanswered; ``warn`` (default: the ``mpidwe``
+    logger) gets one line saying why."""
+    try:
+        return read_char_model(ck)
+    except InputError as e:
+        (warn or logging.getLogger("mpidwe").warning)(
+            f"warning: ignoring the character model: {e}; words outside the vocabulary have no vector")
+        return None
+
+
+def read_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] | None:
+    """As :func:`load_char_model`, but a file that cannot be used is refused with one line."""
     path = char_model_path(ck.path)
     if not os.path.exists(path):
         return None
