@@ -17,7 +17,7 @@ from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Plan, make_plan
 from .resume import continued_plan, fresh_state, load_state
-from .rundir import _check_run_dir, _start_run_dir, _take_run_dir
+from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
 from .warm import warm_start
 
 DEMO_DIR = "demo"
@@ -129,3 +129,4 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     finally:
         if lock is not None:
             lock.release()
+            remove_if_empty(lock.made)     # a failed start: no empty RUN_DIR is left
