@@ -117,6 +117,38 @@ def test_a_failed_start_leaves_no_empty_out_folder(demo, tmp_path, failure):
     assert os.path.exists(other)
 
 
+@pytest.mark.mpi
+def test_sigterm_after_a_finished_two_rank_run_changes_nothing(demo, tmp_path):
+    """SIGTERM to the launcher right after the last output is written (while the ranks shut
+    MPI down): the job still exits 0, everything written, nothing on standard error."""
+    import signal
+    import subprocess
+
+    from conftest import mpi_command, mpi_env
+
+    for trial, delay in enumerate((0.0, 0.05, 0.15)):
+        out = tmp_path / f"r{trial}"
+        proc = subprocess.Popen(mpi_command(2, ["-m", "mpidwe.train", "--corpus", str(demo / "corpus.h5"),
+                                                "--out", str(out), "--dim", "8", "--epochs", "1", "--threads", "1",
+                                                "--no-progress"]),
+                                env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sent = False
+        try:
+            for line in proc.stdout:
+                if line.startswith("wrote ") and "vectors.txt" in line:
+                    time.sleep(delay)
+                    proc.send_signal(signal.SIGTERM)
+                    sent = True
+                    break
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert sent and proc.returncode == 0 and not stderr.strip(), (delay, proc.returncode, stderr)
+        assert (out / "vectors.txt").exists() and checkpoint.list_checkpoints(str(out / "checkpoints"))
+
+
 def test_an_absurd_negative_count_is_refused_up_front(tmp_path):
     from mpidwe.core.errors import ConfigError
 

@@ -66,6 +66,17 @@ class StopRequest:
     def _handle(self, signum, frame):
         self.requested = True
 
+    def ignore_from_now(self) -> None:
+        """The run is over and its outputs are written: from now on until the process ends
+        (MPI's shutdown included), SIGTERM/SIGUSR1 are ignored, not restored when the ``with``
+        block ends. Ignored, not handled: Python puts its own handlers back to the default
+        (termination) at interpreter exit, before mpi4py finalizes MPI."""
+        import signal
+
+        for sig in self._old:
+            signal.signal(sig, signal.SIG_IGN)
+        self._old = {}
+
     def __exit__(self, *exc):
         import signal
 
