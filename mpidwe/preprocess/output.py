@@ -11,6 +11,7 @@ import time
 
 from ..core.config import PreprocessConfig
 from ..core.errors import InputError
+from ..dist import deathwatch
 from ..io import corpus as corpus_io
 from ..io.fsutil import DirLock, file_sha256, reason
 from .tempfiles import host_name, remove_leftovers
@@ -43,10 +44,17 @@ def check_output(cfg: PreprocessConfig) -> None:
         raise InputError(f"output directory is not writable: {parent}")
 
 
+def died_marker(cfg: PreprocessConfig) -> str:
+    """The name, beside the output, of the file the watcher of a rank killed by a signal
+    claims (dist/deathwatch.py): one per output, so runs to other outputs are not confused."""
+    return f".{os.path.basename(cfg.output)}.rank-died"
+
+
 def start_run(cfg: PreprocessConfig, log) -> str:
     """Rank 0, before anything is written: check the output, remove what killed runs to it
-    left, and return this run's tag."""
+    left (their rank-died marker too), and return this run's tag."""
     check_output(cfg)
+    deathwatch.clear(os.path.dirname(os.path.abspath(cfg.output)), died_marker(cfg))
     removed = remove_leftovers(cfg.output, cfg.inputs)
     if removed and log:
         log(f"note: removed {len(removed)} temporary file(s) left by killed runs to {cfg.output}: "

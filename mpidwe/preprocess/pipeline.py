@@ -22,13 +22,14 @@ import numpy as np
 
 from ..core.config import PreprocessConfig, to_json
 from ..core.errors import InputError
+from ..dist import deathwatch
 from ..dist.comm import Comm
 from ..io import corpus as corpus_io
 from ..io.fsutil import file_sha256, fsync_dir
 from ..io.text import Boundary, ScanStats, Source, TextOptions
 from ..version import __version__
 from .inputs import plan_inputs
-from .output import appended_config, disk_full, lock_output, start_run
+from .output import appended_config, died_marker, disk_full, lock_output, start_run
 from .passes import (CompiledCount, IdSpool, RankIds, count_compiled, count_tokens, final_ids,
     final_ids_compiled)
 from .tempfiles import TempPaths, remove_quietly
@@ -99,7 +100,10 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled
 
 def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     t0 = time.perf_counter()
-    tag = comm.on_root(start_run, cfg, log)
+    tag = comm.on_root(start_run, cfg, log)      # rank 0 also clears an old rank-died marker
+    # a rank killed by a signal cannot say so: its watcher names it (as training's do)
+    deathwatch.start(os.path.dirname(os.path.abspath(cfg.output)), comm.rank, comm.size,
+                     hint="; rerun the same command", name=died_marker(cfg))
     paths = TempPaths.of_run(cfg.output, cfg.inputs, tag, comm.size, comm.is_root)
     try:
         summary = run_steps(RunState(cfg, engine == "compiled", paths, t0), comm)
