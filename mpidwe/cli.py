@@ -34,7 +34,8 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None, *, as_command: bool = False) -> int:
     """Run ``mpidwe COMMAND ARGS``. ``as_command``: this process is the command (the console
-    script), so a command that can end the process at once when done does (preprocess)."""
+    script), so a command that owns the process's ending does: preprocess ends it at once
+    after a failed HDF5 write, train keeps its SIGTERM handler until it ends."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None, *, as_command: bool = False) -> int:
               f"(see mpidwe --help)", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    if as_command and name == "preprocess":
+    if as_command and name in ("preprocess", "train"):
         return module.main(rest, as_command=True)
     return module.main(rest)
 

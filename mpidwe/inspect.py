@@ -40,13 +40,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
+
+import numpy as np
 
 from .api import MATRICES, WordVectors, load
 from .core.charmodel import CharModelOptions
 from .core.errors import ConfigError, InputError, MpidweError
 from .io.fsutil import atomic_path
+from .io.vectors import nonfinite_rows
 
 PROG = "python -m mpidwe.inspect"
 STDIN = "-"
@@ -201,12 +205,27 @@ def case_hint(vecs: WordVectors, words) -> str:
     return f"; did you mean {', '.join(map(repr, known))}? (the vocabulary is lowercase)" if known else ""
 
 
+def nonfinite(vecs: WordVectors, words) -> list[str]:
+    """The words among ``words`` whose vector holds a nan or an inf: no cosine with them means
+    anything, so a query with one is refused, as evaluate skips them."""
+    return [w for w in words if w in vecs and not np.isfinite(vecs.vectors[vecs.index[w]]).all()]
+
+
+def _finite(vecs: WordVectors, query, ranked) -> list[tuple[str, float]]:
+    """A query's answers without the words whose vectors hold a nan or an inf (scored -inf)."""
+    bad = nonfinite(vecs, query)
+    if bad:
+        raise InputError(f"the vector of {', '.join(map(repr, bad))} holds nan or inf; it has no neighbours "
+                         f"(those words are skipped, as python -m mpidwe.evaluate skips them)")
+    return [(w, s) for w, s in ranked() if np.isfinite(s)]
+
+
 def neighbors(vecs: WordVectors, word: str, k: int) -> list[tuple[str, float]]:
     """The ``k`` nearest words of ``word`` by cosine, itself excluded; a word outside the
     vocabulary gets its vector from the checkpoint's OOV model (subword n-grams)."""
     if unknown(vecs, [word]):
         raise InputError(f"word not in vocabulary: {word!r}{case_hint(vecs, [word])}; {NO_OOV}")
-    return vecs.most_similar(positive=[word], topn=k)
+    return _finite(vecs, [word], lambda: vecs.most_similar(positive=[word], topn=k))
 
 
 def analogy(vecs: WordVectors, a: str, b: str, c: str, k: int) -> list[tuple[str, float]]:
@@ -214,7 +233,16 @@ def analogy(vecs: WordVectors, a: str, b: str, c: str, k: int) -> list[tuple[str
     missing = unknown(vecs, (a, b, c))
     if missing:
         raise InputError(f"not in vocabulary: {', '.join(missing)}{case_hint(vecs, missing)}; {NO_OOV}")
-    return vecs.most_similar(positive=[b, c], negative=[a], topn=k)
+    return _finite(vecs, (a, b, c), lambda: vecs.most_similar(positive=[b, c], negative=[a], topn=k))
+
+
+def warn_nonfinite(vecs: WordVectors) -> None:
+    """One warning line when some vectors hold nan or inf (as evaluate gives): their words
+    are neither queries nor answers."""
+    bad = int(nonfinite_rows(vecs.vectors).sum())
+    if bad:
+        _warn(f"warning: {vecs.path}: {bad:,} of {len(vecs):,} vectors contain nan or inf; their words are "
+              f"skipped (neither queries nor neighbours)")
 
 
 def format_vector(word: str, vector) -> str:
@@ -299,6 +327,7 @@ def query_command(a, vecs: WordVectors) -> int:
 
     if a.k < 1:
         raise ConfigError("-k must be >= 1")
+    warn_nonfinite(vecs)
     if a.command == "neighbors":
         def answer(word):
             return neighbors(vecs, word, a.k)
@@ -515,7 +544,17 @@ def run(argv=None) -> int:
     return query_command(a, vecs)
 
 
+class _Warnings(logging.Handler):
+    """The library's warnings (the ``mpidwe`` logger: an unusable character model) as this
+    command's own lines on standard error."""
+
+    def emit(self, record):
+        _warn(record.getMessage())
+
+
 def main(argv=None) -> int:
+    logger, handler = logging.getLogger("mpidwe"), _Warnings(logging.WARNING)
+    logger.addHandler(handler)
     try:
         return run(argv)
     except MpidweError as e:
@@ -524,6 +563,8 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader went away (| head): stop quietly, also at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        logger.removeHandler(handler)
 
 
 if __name__ == "__main__":

@@ -141,7 +141,65 @@ def read_cache(path: str) -> str:
     return _digest(ref.words, ref.embedding, ref.singular_values, ref.info)
 
 
-READERS = {"corpus": read_corpus, "checkpoint": read_checkpoint, "cache": read_cache}
+def read_corpus_pip(path: str) -> str:
+    """``evaluate --pip-reference CORPUS``: the SPPMI reference, computed (the cache beside
+    the corpus removed first) and cached; what the cache then holds."""
+    from mpidwe.evaluate.sppmi import ReferenceSpec, reference_embedding
+    from mpidwe.io import refcache
+
+    cache = refcache.cache_path(path)
+    if os.path.exists(cache):
+        os.unlink(cache)
+    spec = ReferenceSpec(window=3, negatives=2, dim=4, top_n=40)
+    ref = reference_embedding(path, spec)
+    stored = refcache.read_reference(cache, ref.key)
+    return _digest(ref.key.corpus_id, ref.words, ref.vectors, stored.embedding if stored else None)
+
+
+APPENDED_TEXT = "w1 w2 w3 w4 naïve\nw5 w6 東京 w7 w8 w9\n"
+
+
+def read_corpus_append(path: str) -> str:
+    """``preprocess NEW --append CORPUS`` on a copy: the grown corpus's id."""
+    import shutil
+
+    from mpidwe.core.config import PreprocessConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.io.corpus import Corpus
+    from mpidwe.preprocess import run
+
+    folder = os.path.dirname(path)
+    text, grown = os.path.join(folder, "new.txt"), os.path.join(folder, "grown.h5")
+    Path(text).write_text(APPENDED_TEXT, encoding="utf-8")
+    shutil.copyfile(path, grown)
+    run(PreprocessConfig(inputs=(text,), append=grown), Comm.serial(), log=None)
+    with Corpus(grown) as c:
+        return c.corpus_id
+
+
+def read_corpus_inspect(path: str) -> str:
+    """``python -m mpidwe.inspect CORPUS``: what it prints."""
+    import contextlib
+    import io
+
+    from mpidwe import inspect
+
+    from mpidwe.core.errors import MpidweError
+
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            inspect.run([path])
+    except MpidweError as e:       # a corpus is no checkpoint: refused before its data is read
+        return "refused: " + str(e).replace(path, "CORPUS")
+    return _digest(out.getvalue())
+
+
+READERS = {"corpus": read_corpus, "checkpoint": read_checkpoint, "cache": read_cache,
+           "corpus-pip": read_corpus_pip, "corpus-append": read_corpus_append,
+           "corpus-inspect": read_corpus_inspect}
+COMMANDS = {"train": "corpus", "evaluate --pip-reference": "corpus-pip", "preprocess --append": "corpus-append",
+            "inspect": "corpus-inspect"}
 
 
 # ------------------------------------------------------------------------- regions
@@ -374,6 +432,120 @@ def test_every_region_fails_fast(files, kind):
     assert max(s for _, _, s in results.values()) < DEADLINE
     regs = regions(path)
     assert {label_of(off, regs) for off, _ in flips} >= {"seal", "metadata", "global heap", "B-tree", "local heap"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_corpus_data_flips_are_refused_by_every_command(files, command):
+    """A byte of the token ids or the sentence starts (the ranges the seal leaves to the
+    corpus id) flipped: every command that reads the corpus refuses it in one line. Nothing
+    is computed, cached or appended from damaged tokens under the unchanged corpus id."""
+    path = files["corpus"]
+    data = [(a, b) for a, b, label in regions(path) if label in ("data:tokens", "data:sentences")]
+    assert len(data) == 2
+    flips = [(off, MASKS[i % len(MASKS)]) for a, b in data for i, off in enumerate(range(a, b, 97))]
+    results = campaign(COMMANDS[command], path, flips, jobs=2)
+    outcomes = collections.Counter(o for o, _, _ in results.values())
+    if command == "inspect":       # refuses any corpus, intact or not, before reading its data
+        assert READERS["corpus-inspect"](path) == "refused: CORPUS is an mpidwe corpus, not a checkpoint"
+        assert outcomes == {"same": len(flips)}, (outcomes, bad(results)[:5])
+    else:
+        assert outcomes == {"refused": len(flips)}, (outcomes, bad(results)[:5])
+
+
+# ------------------------------------------------------------- crafted dataset shapes
+HUGE_ROWS = 2_000_000_000
+MEMORY_LIMIT = 3 << 30        # bytes of address space a reader of a crafted file may take
+
+
+def make_sharded(directory: Path) -> Path:
+    """A sharded checkpoint of 2 parts (its parameters in part files)."""
+    from mpidwe.io import checkpoint
+
+    ck_path = make_checkpoint(directory)
+    ck = checkpoint.load(str(ck_path))
+    d = str(directory / "sharded")
+    parts = [checkpoint.save_part(d, 4, r, 2, len(ck.words), ck.w_in[r::2], ck.w_out[r::2]) for r in range(2)]
+    return Path(checkpoint.save(d, ck, parts=parts))
+
+
+def make_char_model(directory: Path) -> Path:
+    from mpidwe.io import checkpoint
+
+    ck = checkpoint.load(str(make_checkpoint(directory)))
+    params = {"embed.weight": np.ones((10, 4), np.float32), "out.bias": np.zeros(8, np.float32)}
+    return Path(checkpoint.save_char_model(ck, {"alphabet": "abc"}, params, "input"))
+
+
+# file kind -> (maker, the file whose dataset is replaced (relative to the made one), dataset)
+CRAFTED = {
+    "corpus": (make_corpus, ".", "tokens"),
+    "checkpoint": (make_checkpoint, ".", "params/w_in"),
+    "checkpoint part": (make_sharded, "ckpt-000000004.part-00001-of-00002.h5", "params/w_out"),
+    "character model": (make_char_model, ".", "params/embed.weight"),
+    "PIP reference cache": (make_cache, ".", "references/" + "window=3,negatives=2,dim=4,top_n=40,"
+                            "alpha=0.5/embedding"),
+}
+
+# what reads each kind (as the commands do), in a process whose memory is capped
+CRAFTED_READERS = {
+    "corpus": "from mpidwe.io.corpus import Corpus\nCorpus(PATH).verify()",
+    "checkpoint": "import mpidwe\nmpidwe.load(PATH)",
+    "checkpoint part": "from mpidwe.io import checkpoint\ncheckpoint.load(PATH)",
+    "character model": "from mpidwe.io import checkpoint\ncheckpoint.read_char_model(checkpoint.load("
+                       "PATH.replace('.chars.h5', '.h5')))",
+    "PIP reference cache": "from mpidwe.io import refcache\nfrom test_byteflip import CACHE_KEY\n"
+                           "refcache.read_reference(PATH, refcache.ReferenceKey(**CACHE_KEY))",
+}
+
+
+def craft_huge(path: str, name: str) -> None:
+    """Replace dataset ``name`` by a chunked one of HUGE_ROWS rows (nothing stored: it reads
+    as its fill value), same dtype and row shape, and seal the file again: the seal no longer
+    tells, only a check of the shape against the header does."""
+    import h5py
+
+    from mpidwe.io.formats import reseal
+
+    with h5py.File(path, "a") as f:
+        old = f[name]
+        dtype, row = old.dtype, old.shape[1:]
+        del f[name]
+        f.create_dataset(name, shape=(HUGE_ROWS,) + row, dtype=dtype, chunks=(1024,) + row)
+        if name == "tokens":           # the counts add up to the tokens, as the reader checks
+            counts = f["vocab/counts"][:]
+            counts[0] += HUGE_ROWS - counts.sum()
+            f["vocab/counts"][:] = counts
+            f["segments"][-1, 0] = HUGE_ROWS
+    reseal(path)
+
+
+def _limited():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+@pytest.mark.parametrize("kind", CRAFTED)
+def test_a_crafted_huge_dataset_shape_is_refused_before_it_is_read(tmp_path, kind):
+    """A dataset replaced by a (2,000,000,000, ...) one and the file resealed: the reader
+    checks every shape against the header before reading, and refuses in one line instead
+    of allocating gigabytes (here capped at 3 GiB: MemoryError would be a traceback)."""
+    maker, target, name = CRAFTED[kind]
+    made = maker(tmp_path)
+    path = str(made if target == "." else made.parent / target)
+    craft_huge(path, name)
+    code = ("import sys\nfrom mpidwe.core.errors import MpidweError\nPATH = sys.argv[1]\ntry:\n"
+            + "".join(f"    {line}\n" for line in CRAFTED_READERS[kind].replace("PATH", "PATH").split("\n"))
+            + "except MpidweError as e:\n    print('REFUSED', e)\n    sys.exit(2)\n")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", NUMBA_DISABLE_JIT="0")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, str(made)], capture_output=True, text=True, timeout=60,
+                          env=env, preexec_fn=_limited)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith("REFUSED ") and "\n" not in line and "damaged" in line and "shape" in line, line
+    assert time.monotonic() - t0 < 30
 
 
 @pytest.mark.slow

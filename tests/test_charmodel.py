@@ -109,17 +109,35 @@ def copy_run(out, tmp_path):
     return dst, ck, checkpoint.char_model_path(ck.path)
 
 
-def test_a_damaged_or_foreign_model_is_one_error_line(fitted, tmp_path):
+def ignored(proc, text, code):
+    """A command that warned in one line that it ignores the character model (``text``
+    saying why) and ended with ``code``; on exit 2, one error line follows the warning."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == code and "warning: ignoring the character model" in lines[0] and text in lines[0], \
+        proc.stderr
+    assert len(lines) == (2 if code else 1), proc.stderr
+    return lines
+
+
+def test_an_unusable_model_is_ignored_with_a_warning_and_only_unseen_words_are_refused(fitted, tmp_path,
+                                                                                         caplog):
     out, _ = fitted
     dst, ck, path = copy_run(out, tmp_path)
     good = open(path, "rb").read()
-    # a flipped byte: the seal refuses the file before HDF5 reads it
+    known = ck.words[3]
+    # a flipped byte: the seal refuses the file before HDF5 reads it; the checkpoint is intact
     bad = bytearray(good)
     bad[len(bad) // 2] ^= 0x40
     open(path, "wb").write(bytes(bad))
-    with pytest.raises(InputError, match=r"chars\.h5 is damaged: the file fails its checksum"):
-        mpidwe.load(str(dst))
-    one_error(run_py(["-m", "mpidwe.inspect", str(dst), "neighbors", "zzkrop"]), "chars.h5 is damaged")
+    with caplog.at_level("WARNING", logger="mpidwe"):
+        vecs = mpidwe.load(str(dst))
+    assert vecs.oov is None and known in vecs
+    assert any("chars.h5 is damaged: the file fails its checksum" in r.getMessage() for r in caplog.records)
+    proc = run_py(["-m", "mpidwe.inspect", str(dst), "neighbors", known, "-k", "3"])
+    ignored(proc, "chars.h5 is damaged", 0)
+    assert len(proc.stdout.splitlines()) == 3
+    lines = ignored(run_py(["-m", "mpidwe.inspect", str(dst), "neighbors", "zzkrop"]), "chars.h5 is damaged", 2)
+    assert "error" in lines[1] and "zzkrop" in lines[1]
     # another format version
     open(path, "wb").write(good)
     with h5py.File(path, "r+") as f:
@@ -127,14 +145,18 @@ def test_a_damaged_or_foreign_model_is_one_error_line(fitted, tmp_path):
     from mpidwe.io.formats import seal
 
     seal(path, [])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mpidwe"):
+        assert mpidwe.load(str(dst)).oov is None
+    assert any("character model format version 99" in r.getMessage() for r in caplog.records)
     with pytest.raises(InputError, match="character model format version 99"):
-        mpidwe.load(str(dst))
+        checkpoint.read_char_model(ck)        # the strict reader still says why
     # a model fitted to another checkpoint (the same name, other parameters)
     open(path, "wb").write(good)
     ck.state.w_in[0, 0] += 1.0          # saved under the same name: it replaces the fitted checkpoint
     checkpoint.save(os.path.dirname(ck.path), ck)
-    proc = run_py(["-m", "mpidwe.inspect", str(dst), "vectors", "zzkrop"])
-    one_error(proc, "was fitted to another checkpoint")
+    ignored(run_py(["-m", "mpidwe.inspect", str(dst), "vectors", "zzkrop"]), "was fitted to another checkpoint", 2)
+    ignored(run_py(["-m", "mpidwe.inspect", str(dst), "vectors", known]), "was fitted to another checkpoint", 0)
     # --force fits it again
     proc = run_py(["-m", "mpidwe.inspect", str(dst), "fit-chars", "--force", "--steps", "20", "--json"])
     assert proc.returncode == 0, proc.stderr

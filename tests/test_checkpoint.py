@@ -83,7 +83,7 @@ def test_foreign_and_future_files_refused(tmp_path):
     p = tmp_path / "x.h5"
     with h5py.File(p, "w") as f:
         f.attrs["format"] = "mpidwe-corpus"
-    with pytest.raises(InputError, match="not an mpidwe checkpoint"):
+    with pytest.raises(InputError, match="is an mpidwe corpus, not a checkpoint"):
         checkpoint.load(str(p))
     path = checkpoint.save(str(tmp_path), make(1))
     with h5py.File(path, "a") as f:

@@ -89,7 +89,7 @@ def test_malformed_binary_vectors(tmp_path):
 def test_unknown_and_missing_vectors_files(tmp_path):
     with h5py.File(tmp_path / "ckpt.h5", "w") as f:
         f.attrs["format"] = "mpidwe-corpus"
-    with pytest.raises(InputError, match="not an mpidwe checkpoint"):
+    with pytest.raises(InputError, match="is an mpidwe corpus, not a checkpoint"):
         load_vectors(str(tmp_path / "ckpt.h5"))
     with pytest.raises(InputError, match="cannot read vectors file"):
         load_vectors(str(tmp_path / "missing.txt"))

@@ -228,3 +228,73 @@ def test_sigterm_during_a_step_exits_75_and_the_restart_finishes_that_step(setup
     ck = checkpoint.load(checkpoint.list_checkpoints(str(out / "steps" / "0001" / "checkpoints"))[-1])
     with Corpus(str(corpus)) as c:
         assert len(c.segments) == 2 and ck.complete and ck.progress.words_done == 8 * c.segments[1].n_tokens
+
+
+def test_files_that_grow_after_being_taken_or_are_not_text_are_never_lost_silently(setup, tmp_path):
+    """A file that grows after it was taken is warned about at the next look and at every
+    restart (its new bytes are not trained; follow.json records the change); a file that
+    grows between being taken and being appended is recorded as appended; a binary file,
+    a text that keeps no token and a copy of a text already appended are recorded as
+    rejected, and nothing of them enters the corpus."""
+    from mpidwe.core.config import TrainConfig
+
+    corpus, inbox, texts = setup
+    out = tmp_path / "run"
+    first = texts[0][:len(texts[0]) // 2]
+    old = time.time() - 60
+    for k, (name, data) in enumerate([("grow.txt", first.encode()), ("binary.txt", bytes(range(256)) * 12),
+                                      ("rare.txt", b"qq1 qq2 qq3\n"), ("copy.txt", first.encode())]):
+        (inbox / name).write_bytes(data)
+        os.utime(inbox / name, (old + k, old + k))
+
+    class Running:
+        requested = False
+
+    def follower():
+        lines = []
+        cfg = TrainConfig(corpus=str(corpus), out=str(out), follow=str(inbox), dim=16, epochs=1, threads=1,
+                          progress=False, follow_settle=0.2, follow_exit_idle=True, log_seconds=0)
+        return Follower(cfg, Comm.serial(), Running(), lines.append), lines
+
+    f, lines = follower()
+    assert f.run() == 0
+    steps = state(out)
+    assert [(s["file"], s["state"]) for s in steps] == [(None, "trained"), ("grow.txt", "trained"),
+                                                        ("binary.txt", "rejected"), ("rare.txt", "rejected"),
+                                                        ("copy.txt", "rejected")]
+    assert "NUL bytes" in steps[2]["reason"] and "keeps no token" in steps[3]["reason"]
+    assert "already in" in steps[4]["reason"]
+    with Corpus(str(corpus)) as c:
+        assert len(c.segments) == 2 and c.segment_info[1]["inputs"][0]["bytes"] == len(first.encode())
+    assert not any("warning" in ln for ln in lines)
+
+    # the writer goes on after a pause: warned at the next look, once, and again at a restart
+    with open(inbox / "grow.txt", "a") as fh:
+        fh.write(texts[0][len(first):])
+    grown = os.path.getsize(inbox / "grow.txt")
+    for restart in range(2):
+        f, lines = follower()
+        assert f.run() == 0
+        f._check_taken()
+        warned = [ln for ln in lines if ln.startswith("warning:")]
+        assert len(warned) == 1 and "grow.txt grew after it was taken: its first " \
+            f"{len(first.encode()):,} bytes were trained, the {grown - len(first.encode()):,} written since " \
+            "are not trained" in warned[0] and "rename it into" in warned[0], lines
+    assert state(out)[1]["changed"]["size"] == grown and state(out)[1]["changed"]["grew"]
+
+    # a file that grows between being taken and being read: what was appended is recorded
+    (inbox / "late.txt").write_text(texts[1][:2000])
+    os.utime(inbox / "late.txt", (old + 10, old + 10))
+    f, lines = follower()
+    f.state = FollowState(str(out), str(inbox), str(corpus)).load()
+    step = f._next_file()
+    assert step["file"] == "late.txt" and step["size"] == len(texts[1][:2000].encode())
+    with open(inbox / "late.txt", "a") as fh:
+        fh.write(texts[1][2000:4000])
+    assert f.do_step(step) is False
+    late = state(out)[-1]
+    assert late["state"] == "trained" and late["size"] == os.path.getsize(inbox / "late.txt")
+    assert late["sha256"] == hashlib.sha256((inbox / "late.txt").read_bytes()).hexdigest()
+    f._check_taken()
+    assert not [ln for ln in lines if "late.txt" in ln and ln.startswith("warning:")]
+    assert any("late.txt changed while it was appended" in ln for ln in lines)

@@ -127,6 +127,43 @@ def test_append_replaces_the_file_and_a_failed_append_changes_nothing(tmp_path):
     assert proc.returncode == 2 and "--output cannot name another file" in error_lines(proc.stderr)[0]
 
 
+def test_appending_the_same_text_twice_is_refused_unless_allowed(tmp_path):
+    """The corpus records each appended input's path, size and SHA-256: the same text again,
+    under its name or another, is refused (and the corpus left as it was) unless
+    --allow-duplicate; the first text, recorded without a digest, is known by path and size."""
+    texts(tmp_path)
+    base = build(tmp_path, "c.h5")
+    new, copy = tmp_path / "new.txt", tmp_path / "copy.txt"
+    run(PreprocessConfig(inputs=(str(new),), append=str(base)), Comm.serial(), log=None)
+    shutil.copyfile(new, copy)
+    before = base.read_bytes()
+    for p, segment in ((new, 1), (copy, 1), (tmp_path / "old.txt", 0)):
+        with pytest.raises(InputError, match=f"input {p} is already in .*: segment {segment} holds .*"
+                                             f"--allow-duplicate"):
+            run(PreprocessConfig(inputs=(str(p),), append=str(base)), Comm.serial(), log=None)
+        assert base.read_bytes() == before
+    proc = run_py(["-m", "mpidwe.preprocess", str(copy), "--append", str(base)])
+    assert proc.returncode == 2 and len(error_lines(proc.stderr)) == 1 and "--allow-duplicate" in proc.stderr
+    run(PreprocessConfig(inputs=(str(copy),), append=str(base), allow_duplicate=True), Comm.serial(), log=None)
+    with Corpus(str(base)) as c:
+        assert len(c.segment_table) == 3 and c.segment_info[2]["inputs"][0]["sha256"] == \
+            c.segment_info[1]["inputs"][0]["sha256"]
+    with pytest.raises(Exception, match="--allow-duplicate goes with --append"):
+        PreprocessConfig(inputs=(str(copy),), output=str(tmp_path / "x.h5"), allow_duplicate=True)
+
+
+def test_a_text_without_a_kept_token_is_not_appended(tmp_path):
+    """Words that are all new and below the corpus's --min-count keep no token: refused
+    (an empty segment would be "trained" on nothing), the corpus unchanged."""
+    texts(tmp_path)
+    base = build(tmp_path, "c.h5")
+    before = base.read_bytes()
+    (tmp_path / "rare.txt").write_text("qq1 qq2 qq3\nqq4\n")
+    with pytest.raises(InputError, match="^input keeps no token: none of its 4 tokens"):
+        run(PreprocessConfig(inputs=(str(tmp_path / "rare.txt"),), append=str(base)), Comm.serial(), log=None)
+    assert base.read_bytes() == before
+
+
 def test_version_1_corpus_reads_as_one_segment_and_grows(tmp_path):
     texts(tmp_path)
     base = build(tmp_path, "c.h5")

@@ -326,3 +326,24 @@ def test_every_argument_has_help():
 
     check(build_parser(), "inspect")
     assert inspect("--help").returncode == 0 and "summary" in inspect("x", "summary", "--help").stdout
+
+
+def test_nan_vectors_are_neither_queries_nor_neighbours(tmp_path):
+    """A vectors file with a nan row (evaluate warns and skips it): inspect warns once, a
+    query of that word is refused in one line, and it is never a neighbour (scored -inf)."""
+    path = tmp_path / "v.txt"
+    path.write_text("5 3\na 1 0 0\nb nan 0 0\nc 0.9 0.1 0\nd 0 1 0\ne 0 0 1\n")
+    proc = inspect(path, "neighbors", "a")
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split()[1] for line in proc.stdout.splitlines()] == ["c", "d", "e"]
+    err = proc.stderr.splitlines()
+    assert len(err) == 1 and "warning:" in err[0] and "1 of 5 vectors contain nan or inf" in err[0]
+    proc = inspect(path, "neighbors", "b")
+    err = proc.stderr.splitlines()
+    assert proc.returncode == 2 and proc.stdout == "" and len(err) == 2 and "error: the vector of 'b' holds nan" \
+        in err[1]
+    proc = inspect(path, "analogy", "a", "b", "c")
+    assert proc.returncode == 2 and "the vector of 'b' holds nan" in proc.stderr
+    proc = run_py(["-m", "mpidwe.inspect", str(path), "neighbors", "-", "-k", "2"], input="b a\n")
+    assert proc.returncode == 0 and [r.split("\t")[:2] for r in proc.stdout.splitlines()] == [["a", "c"], ["a", "d"]]
+    assert "standard input line 1: the vector of 'b' holds nan" in proc.stderr

@@ -89,6 +89,66 @@ def test_resume_from_the_corpus_itself_is_named_as_such(demo, tmp_path):
         train(cfg(demo, tmp_path / "x", resume=str(demo / "corpus.h5")), Comm.serial(), log=None)
 
 
+@pytest.mark.parametrize("failure", ["eval file", "resume a corpus", "init from the corpus",
+                                     "init from another corpus", "fit resume"])
+def test_a_failed_start_leaves_no_empty_out_folder(demo, tmp_path, failure):
+    """A start that fails (a missing evaluation file, --resume or --init-from naming a corpus,
+    the API's fit(resume=...)) leaves neither OUT/ nor OUT/checkpoints/ behind; a folder the
+    user made stays, and a corpus given as --init-from is named as such."""
+    out, other = tmp_path / "new" / "run", tmp_path / "other.h5"
+    shutil.copyfile(demo / "corpus.h5", other)
+    corpus = str(demo / "corpus.h5")
+    options, match = {"eval file": ({"eval_analogy": (str(tmp_path / "missing.txt"),)}, "missing.txt"),
+                      "resume a corpus": ({"resume": corpus}, "is the corpus, not a checkpoint"),
+                      "init from the corpus": ({"init_from": corpus}, "--init-from .* is the corpus, not a checkpoint"),
+                      "init from another corpus": ({"init_from": str(other)}, "is an mpidwe corpus, not a checkpoint"),
+                      "fit resume": ({"resume": str(tmp_path / "nope.h5")}, "nope.h5")}[failure]
+    (tmp_path / "new").mkdir()
+    with pytest.raises(InputError, match=match):
+        if failure == "fit resume":
+            import mpidwe
+
+            mpidwe.fit(**{k: v for k, v in vars(cfg(demo, out)).items() if k in ("corpus", "out", "dim", "epochs",
+                                                                               "threads", "progress")},
+                       log=None, **options)
+        else:
+            train(cfg(demo, out, **options), Comm.serial(), log=None)
+    assert os.listdir(tmp_path / "new") == []
+    assert os.path.exists(other)
+
+
+@pytest.mark.mpi
+def test_sigterm_after_a_finished_two_rank_run_changes_nothing(demo, tmp_path):
+    """SIGTERM to the launcher right after the last output is written (while the ranks shut
+    MPI down): the job still exits 0, everything written, nothing on standard error."""
+    import signal
+    import subprocess
+
+    from conftest import mpi_command, mpi_env
+
+    for trial, delay in enumerate((0.0, 0.05, 0.15)):
+        out = tmp_path / f"r{trial}"
+        proc = subprocess.Popen(mpi_command(2, ["-m", "mpidwe.train", "--corpus", str(demo / "corpus.h5"),
+                                                "--out", str(out), "--dim", "8", "--epochs", "1", "--threads", "1",
+                                                "--no-progress"]),
+                                env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sent = False
+        try:
+            for line in proc.stdout:
+                if line.startswith("wrote ") and "vectors.txt" in line:
+                    time.sleep(delay)
+                    proc.send_signal(signal.SIGTERM)
+                    sent = True
+                    break
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert sent and proc.returncode == 0 and not stderr.strip(), (delay, proc.returncode, stderr)
+        assert (out / "vectors.txt").exists() and checkpoint.list_checkpoints(str(out / "checkpoints"))
+
+
 def test_an_absurd_negative_count_is_refused_up_front(tmp_path):
     from mpidwe.core.errors import ConfigError
 

@@ -259,3 +259,41 @@ def _rank_pid(run: Path, rank: int, proc) -> int:
         if r is not None and int(r) == rank:
             return int(pid)
     raise AssertionError(f"rank {rank} of the job not found")
+
+
+@pytest.mark.mpi
+def test_kill_9_of_one_preprocess_rank_names_it(tmp_path):
+    """A preprocess of 2 ranks whose rank 1 is killed while rank 0 still reads standard
+    input: one mpidwe line names the rank, as for training; a rerun clears the marker."""
+    out = tmp_path / "c.h5"
+    cmd = mpi_command(2, ["-m", "mpidwe.preprocess", "-", "--output", str(out)])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=mpi_env())
+    marker = str(tmp_path / ".c.h5.rank-died").encode()
+    try:
+        proc.stdin.write("a b c\n" * 100)
+        proc.stdin.flush()                   # and left open: rank 0 waits for the rest
+        deadline, victim = time.time() + 60, None
+        while victim is None:                # rank 1's watcher is up: its rank is watched
+            assert time.time() < deadline and proc.poll() is None, proc.communicate()
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if marker in args and any(a.startswith(b"rank 1 of 2 (pid ") for a in args):
+                    victim = int(next(a for a in args if a.startswith(b"rank 1 of 2")).split()[5])
+            time.sleep(0.1)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0 and not out.exists()
+    died = [ln for ln in err.splitlines() if "died without an error message" in ln]
+    assert len(died) == 1 and died[0].startswith("mpidwe: error: rank 1 of 2 (pid ") and \
+        "rerun the same command" in died[0], err
+    (tmp_path / "t.txt").write_text("a b c\n" * 100)
+    run_mpi(2, ["-m", "mpidwe.preprocess", str(tmp_path / "t.txt"), "--output", str(out), "--min-count", "1"])
+    assert out.exists() and not (tmp_path / ".c.h5.rank-died").exists()

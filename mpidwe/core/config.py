@@ -231,6 +231,8 @@ class PreprocessConfig:
                              "unchanged, new words reaching --min-count in the new text get ids after the "
                              "existing ones, counts updated); the text options and --min-count are the "
                              "corpus's own; the grown corpus replaces the file (written aside, then renamed)")
+    allow_duplicate: bool = opt(False, "--append: append a text although the corpus already holds one with "
+                                "the same content (SHA-256), or, where it recorded none, the same path and size")
 
     def __post_init__(self):
         _check(len(self.inputs) > 0, "no input given (a file, or - for standard input)")
@@ -238,6 +240,7 @@ class PreprocessConfig:
                "--append replaces the corpus it grows; --output cannot name another file (copy the "
                "corpus first to keep the old one)")
         _check(self.inputs.count("-") <= 1, "standard input (-) given more than once")
+        _check(not self.allow_duplicate or self.append is not None, "--allow-duplicate goes with --append")
         _check(self.hold_out is None or self.append is None,
                "--hold-out builds a new vocabulary; --append keeps the corpus's own")
         _positive("min_count", self.min_count)

@@ -73,20 +73,22 @@ def marker_path(folder: str) -> str:
     return os.path.join(folder, MARKER)
 
 
-def start(folder: str, rank: int, size: int, *, hint: str = "") -> Watcher | None:
+def start(folder: str, rank: int, size: int, *, hint: str = "", name: str = MARKER) -> Watcher | None:
     """Watch this rank (every rank of a job of ``size`` > 1 calls it, after rank 0 has
-    removed an old marker with :func:`clear`)."""
+    removed an old marker with :func:`clear`). ``name``: the marker's file name in
+    ``folder`` (a folder that several jobs share, as a corpus's, needs one per output)."""
     global _active
     if size <= 1 or _active is not None:
         return _active
     who = f"rank {rank} of {size} (pid {os.getpid()} on {socket.gethostname()})"
+    marker = os.path.join(folder, name)
     try:
-        proc = subprocess.Popen([sys.executable, "-S", "-c", _WATCHER, who, marker_path(folder), hint],
+        proc = subprocess.Popen([sys.executable, "-S", "-c", _WATCHER, who, marker, hint],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
                                 start_new_session=True)   # outside the launcher's process group
     except OSError:
         return None     # no watcher is no reason to fail a job
-    _active = Watcher(proc, marker_path(folder))
+    _active = Watcher(proc, marker)
     atexit.register(_active.disarm)
     return _active
 
@@ -99,6 +101,12 @@ def stand_down() -> None:
     w, _active = _active, None
     if w is not None:
         w.disarm()
+
+
+def disarm() -> None:
+    """This rank ends now without Python's exit handlers (``os._exit``): keep its watcher quiet."""
+    if _active is not None:
+        _active.disarm()
 
 
 def claim() -> None:
@@ -114,9 +122,9 @@ def claim() -> None:
     w.disarm()
 
 
-def clear(folder: str) -> None:
+def clear(folder: str, name: str = MARKER) -> None:
     """Rank 0, before the ranks start their watchers: the marker of an earlier job goes."""
     try:
-        os.unlink(marker_path(folder))
+        os.unlink(os.path.join(folder, name))
     except FileNotFoundError:
         pass

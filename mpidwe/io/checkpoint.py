@@ -14,6 +14,7 @@ import datetime
 import glob
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ import numpy as np
 
 from ..version import __version__
 from ..core.errors import InputError
-from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unreadable
+from .formats import (SEAL_SIZE, check_format, check_seal, check_shape, check_stored, raw_extent, seal,
+                      unreadable)
+from .digests import _str, content_sha256, params_sha256, streamed_sha256, vocab_sha256
 from .fsutil import atomic_path, reason
 
 FORMAT = "mpidwe-checkpoint"
@@ -133,56 +136,6 @@ class Checkpoint:
     @property
     def metrics(self) -> list[dict]:
         return self.state.history
-
-
-def vocab_sha256(words: list[str]) -> str:
-    return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
-
-
-def params_sha256(w_in: np.ndarray, w_out: np.ndarray) -> str:
-    h = hashlib.sha256()
-    for w in (w_in, w_out):     # hashed in place: tobytes() would copy a whole matrix
-        h.update(memoryview(np.ascontiguousarray(w)).cast("B"))
-    return h.hexdigest()
-
-
-def content_sha256(f: h5py.File) -> str:
-    """SHA-256 over every attribute (but itself) and every dataset of an open checkpoint, in
-    name order: a flipped byte anywhere (RNG state, progress, history, counts...) changes it.
-    Computed from the file itself, by the writer after writing and by the reader."""
-    h = hashlib.sha256()
-    for name in sorted(k for k in f.attrs if k != A_CONTENT):
-        value = f.attrs[name]
-        if isinstance(value, np.ndarray):
-            value = value.tolist()
-        elif isinstance(value, np.generic):
-            value = value.item()       # repr(np.int64(2)) depends on the numpy version; 2 does not
-        h.update(f"{name}={_str(value) if isinstance(value, (str, bytes)) else repr(value)}\n".encode())
-    datasets = []
-    # virtual datasets (a sharded checkpoint's parameters) are the part files' data: each part
-    # has its own seal and checksum, and reading them here would load the whole model
-    f.visititems(lambda name, obj: datasets.append(name)
-                 if isinstance(obj, h5py.Dataset) and not obj.is_virtual else None)
-    for name in sorted(datasets):
-        data = f[name][()]
-        h.update(f"{name}:{getattr(data, 'shape', ())}\n".encode())
-        if isinstance(data, np.ndarray) and data.dtype != object:
-            h.update(np.ascontiguousarray(data).tobytes())
-        elif isinstance(data, np.ndarray):
-            h.update("\n".join(_str(x) for x in data.ravel()).encode("utf-8"))
-        else:
-            h.update(_str(data).encode("utf-8"))
-    return h.hexdigest()
-
-
-def _streamed_sha256(f: h5py.File, piece_rows: int = 1 << 16) -> str:
-    """params_sha256 of an open checkpoint's matrices, read in pieces of rows."""
-    h = hashlib.sha256()
-    for name in (D_W_IN, D_W_OUT):
-        d = f[name]
-        for a in range(0, d.shape[0], piece_rows):
-            h.update(np.ascontiguousarray(d[a:a + piece_rows]).tobytes())
-    return h.hexdigest()
 
 
 def checkpoint_name(round_: int) -> str:
@@ -331,6 +284,9 @@ def load_part(directory: str, part: dict, verify: bool = True) -> tuple[np.ndarr
     try:
         with h5py.File(path, "r", locking=False) as f:
             check_format(f.attrs, path, PART_FORMAT, PART_VERSION, "checkpoint part")
+            check_stored(f, path, "checkpoint part")
+            for name in (D_W_IN, D_W_OUT):
+                check_shape(path, name, f[name].shape, (int(part["rows"]), int(part["dim"])), "f", f[name].dtype)
             w_in, w_out = f[D_W_IN][:], f[D_W_OUT][:]
     except InputError:
         raise
@@ -419,8 +375,27 @@ def list_checkpoints(directory: str) -> list[str]:
     return sorted(paths)
 
 
-def _str(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+def _check_shapes(f: h5py.File, path: str) -> None:
+    """Every dataset's shape and type against the header (vocabulary size, dimension, ranks,
+    parts), before any is read: a crafted shape is one line, not a huge allocation."""
+    check_stored(f, path, "checkpoint")
+    for name in (D_WORDS, D_COUNTS, D_W_IN, D_W_OUT, D_RNG, D_METRICS):
+        if name not in f:
+            raise InputError(f"{path} is damaged: dataset /{name} is missing")
+    vocab = int(f[D_WORDS].shape[0]) if f[D_WORDS].ndim == 1 else -1
+    config = json.loads(_str(f.attrs[A_CONFIG]))
+    dim = int(config.get("dim", f[D_W_OUT].shape[-1] if f[D_W_OUT].ndim else 0))
+    parts = json.loads(_str(f.attrs[A_PARTS])) if A_PARTS in f.attrs else []
+    world = int(json.loads(_str(f.attrs[A_PROGRESS])).get("world_size", 0))
+    rows_in = vocab + (int(config.get("buckets", 0)) if config.get("subwords") else 0)
+    if parts:
+        matrices = (((-(-vocab // len(parts)), len(parts), dim),) * 2)
+    else:
+        matrices = (((rows_in if f[D_W_IN].shape[:1] == (rows_in,) else vocab), dim), (vocab, dim))
+    for name, expected, kinds in ((D_WORDS, (None,), "O"), (D_COUNTS, (vocab,), "iu"),
+                                  (D_W_IN, matrices[0], "f"), (D_W_OUT, matrices[1], "f"),
+                                  (D_RNG, (world, None), "u"), (D_METRICS, (), "O")):
+        check_shape(path, name, f[name].shape, expected, kinds, f[name].dtype)
 
 
 def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
@@ -440,6 +415,7 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
     try:
         with f:
             version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "checkpoint", READ_VERSIONS)
+            _check_shapes(f, path)
             if verify and version >= 2 and content_sha256(f) != _str(f.attrs[A_CONTENT]):
                 raise InputError(f"{path} is damaged: content checksum mismatch")
             parts = json.loads(_str(f.attrs[A_PARTS])) if A_PARTS in f.attrs else []
@@ -451,7 +427,7 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
             words = [_str(w) for w in f[D_WORDS][:]]
             w_in, w_out = ((_whole(f[D_W_IN], len(words)), _whole(f[D_W_OUT], len(words))) if params
                            else (None, None))
-            if verify and not params and not parts and _streamed_sha256(f) != _str(f.attrs[A_CHECKSUM]):
+            if verify and not params and not parts and streamed_sha256(f, (D_W_IN, D_W_OUT)) != _str(f.attrs[A_CHECKSUM]):
                 raise InputError(f"{path} is damaged: parameter checksum mismatch")
             if verify and params and not parts and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):
                 raise InputError(f"{path} is damaged: parameter checksum mismatch")
@@ -526,10 +502,22 @@ def save_char_model(ck: Checkpoint, meta: dict, params: dict[str, np.ndarray], m
     return path
 
 
-def load_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] | None:
+def load_char_model(ck: Checkpoint, warn=None) -> tuple[dict, dict[str, np.ndarray], str] | None:
     """(meta, params, matrix) of the character generator beside checkpoint ``ck``, or None
-    when there is none. A file that is damaged, of another format or version, or fitted to
-    another checkpoint is refused with one line."""
+    when there is none, or when it cannot be used (damaged, of another format or version,
+    fitted to another checkpoint): it is optional, so the checkpoint stays usable and only
+    the words outside the vocabulary go unanswered; ``warn`` (default: the ``mpidwe``
+    logger) gets one line saying why."""
+    try:
+        return read_char_model(ck)
+    except InputError as e:
+        (warn or logging.getLogger("mpidwe").warning)(
+            f"warning: ignoring the character model: {e}; words outside the vocabulary have no vector")
+        return None
+
+
+def read_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] | None:
+    """As :func:`load_char_model`, but a file that cannot be used is refused with one line."""
     path = char_model_path(ck.path)
     if not os.path.exists(path):
         return None
@@ -541,6 +529,7 @@ def load_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] |
     try:
         with f:
             check_format(f.attrs, path, CHAR_FORMAT, CHAR_VERSION, "character model")
+            check_stored(f, path, "character model")
             if content_sha256(f) != _str(f.attrs[A_CONTENT]):
                 raise InputError(f"{path} is damaged: content checksum mismatch")
             if (_str(f.attrs[A_CHECKPOINT_SHA]) != _content_attr(ck.path)

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ..core.errors import InputError
-from .formats import SEAL_SIZE, check_format, check_seal, raw_extent, seal, unreadable
+from .formats import SEAL_SIZE, check_format, check_seal, check_shape, check_stored, raw_extent, seal, unreadable
 from .fsutil import fsync_path
 from ..core.sharding import sentence_shard
 
@@ -313,6 +313,12 @@ class Corpus:
         for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES) + ((D_SEGMENTS,) if self.version >= 2 else ()):
             if name not in f:
                 raise InputError(f"{path} is damaged: dataset /{name} is missing")
+        check_stored(f, path, "corpus")        # before any dataset is read
+        for name, expected, kinds in ((D_WORDS, (None,), "O"), (D_COUNTS, (None,), "iu"),
+                                      (D_TOKENS, (None,), "i"), (D_SENTENCES, (None,), "i"),
+                                      (D_SEGMENTS, (None, 3), "i")):
+            if name in f:
+                check_shape(path, name, f[name].shape, expected, kinds, f[name].dtype)
         n_words, n_tokens = f[D_WORDS].shape[0], f[D_TOKENS].shape[0]
         if f[D_COUNTS].shape[0] != n_words:
             raise InputError(f"{path} is damaged: {n_words} words but {f[D_COUNTS].shape[0]} counts")

@@ -16,11 +16,19 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# what each mpidwe file kind is called in a refusal ("X is an mpidwe corpus, not a checkpoint")
+KNOWN_FORMATS = {"mpidwe-corpus": "corpus", "mpidwe-checkpoint": "checkpoint",
+                 "mpidwe-checkpoint-part": "checkpoint part", "mpidwe-char-model": "character model",
+                 "mpidwe-sppmi-cache": "PIP reference cache"}
+
+
 def check_format(attrs, path: str, expected: str, version: int, what: str,
                  older: tuple[int, ...] = ()) -> int:
     """Refuse a file that is not ``expected`` (naming what it is) or has a version other than
     ``version`` or one of the ``older`` ones this reader still understands; return it."""
     fmt = _text(attrs.get("format", ""))
+    if fmt in KNOWN_FORMATS and fmt != expected:
+        raise InputError(f"{path} is an mpidwe {KNOWN_FORMATS[fmt]}, not a {what}")
     if fmt != expected:
         raise InputError(f"{path} is not an mpidwe {what} (format attribute is {fmt!r})")
     found = int(attrs.get("format_version", -1))
@@ -44,6 +52,46 @@ def unreadable(path: str, what: str, hint: str = "") -> InputError:
     if head != HDF5_SIGNATURE and head != SEAL_MAGIC.encode()[:len(HDF5_SIGNATURE)]:
         return InputError(f"{path} is not an mpidwe {what} (not an HDF5 file){hint}")
     return InputError(f"{path} is not a readable HDF5 file (truncated, damaged or opened by another program)")
+
+
+def _elements(shape) -> int:
+    n = 1
+    for k in shape or ():
+        n *= int(k)
+    return n
+
+
+def check_stored(f, path: str, what: str, fix: str = "") -> None:
+    """Refuse an open HDF5 file ``f`` holding a dataset whose shape asks for more than is
+    stored: mpidwe writes every dataset whole and uncompressed, so a numeric dataset stores
+    all of its bytes, and no dataset has more elements than the file has bytes. Checked
+    before anything is read, so a crafted shape ((2,000,000,000, 8) in a small file, which
+    the seal cannot catch once resealed) is one line instead of a 60 GiB allocation.
+    Virtual datasets (their data in other files) are left to the caller's shape checks."""
+    size = os.path.getsize(path)
+    found = []
+    f.visititems(lambda name, obj: found.append((name, obj)) if hasattr(obj, "is_virtual") else None)
+    for name, d in found:
+        if d.is_virtual:
+            continue
+        n = _elements(d.shape)
+        numeric = d.dtype.kind in "iuf"
+        need = n * d.dtype.itemsize if numeric else n
+        if need > size or (numeric and d.id.get_storage_size() < need):
+            raise InputError(f"{path} is damaged: its dataset /{name} has shape {d.shape}, more than "
+                             f"the file stores ({size:,} bytes){fix}")
+
+
+def check_shape(path: str, name: str, shape, expected, kinds: str, dtype, fix: str = "") -> None:
+    """Refuse dataset ``name`` unless its shape is ``expected`` (None in it: any length)
+    and its dtype kind one of ``kinds`` ('i', 'u', 'f', 'O' for strings)."""
+    shape = tuple(int(k) for k in shape)
+    fits = len(shape) == len(expected) and all(e is None or e == k for e, k in zip(expected, shape))
+    kind = "O" if dtype.kind in "OSU" else dtype.kind
+    if not fits or kind not in kinds:
+        want = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ("," if len(expected) == 1 else "") + ")"
+        raise InputError(f"{path} is damaged: its dataset /{name} has shape {shape} and type {dtype}, "
+                         f"where its header says {want}{fix}")
 
 
 # ------------------------------------------------------------------------------- the seal

@@ -5,6 +5,7 @@ A crash at any moment leaves either the old file or the new one, never half of o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from typing import IO, Iterator
 
@@ -19,6 +20,25 @@ def reason(e: OSError) -> str:
     if m:
         return os.strerror(int(m.group(1))) if m.group(1).isdigit() else m.group(1)
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def file_sha256(path: str, nbytes: int | None = None) -> str:
+    """SHA-256 of a file's bytes (its first ``nbytes``: the part a reader took of a file that
+    grew since), remembered for as long as its size and modification time stay the same."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, nbytes)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        left = st.st_size if nbytes is None else nbytes
+        with open(path, "rb") as fh:
+            while left > 0 and (block := fh.read(min(1 << 20, left))):
+                h.update(block)
+                left -= len(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
 
 
 def fsync_path(path: str) -> None:

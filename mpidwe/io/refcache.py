@@ -19,7 +19,7 @@ import numpy as np
 
 from ..version import __version__
 from ..core.errors import InputError
-from .formats import SEAL_SIZE, check_seal, seal
+from .formats import SEAL_SIZE, check_seal, check_shape, check_stored, seal
 from .fsutil import atomic_path
 
 FORMAT = "mpidwe-sppmi-cache"
@@ -97,6 +97,11 @@ def _open_checked(path: str) -> h5py.File:
         raise InputError(f"{path} is not a PIP reference cache this mpidwe (v{__version__}) reads "
                          f"(format {fmt!r} version {version}, expected {FORMAT!r} version "
                          f"{FORMAT_VERSION}); delete it to recompute")
+    try:
+        check_stored(f, path, "PIP reference cache", DELETE)
+    except BaseException:
+        f.close()
+        raise
     return f
 
 
@@ -120,12 +125,13 @@ def read_reference(path: str, key: ReferenceKey) -> CachedReference | None:
         for name in (D_WORDS, D_EMBEDDING, D_SINGULAR):
             if name not in g:
                 raise InputError(f"{path} is damaged: {key.group}/{name} is missing; delete it to recompute")
+        for name, expected, kinds in ((D_EMBEDDING, (key.top_n, key.dim), "f"), (D_SINGULAR, (key.dim,), "f"),
+                                      (D_WORDS, (key.top_n,), "O")):    # before anything is read
+            check_shape(path, f"{G_REFERENCES}/{key.group}/{name}", g[name].shape, expected, kinds,
+                        g[name].dtype, DELETE)
         emb = g[D_EMBEDDING][:]
         sv = g[D_SINGULAR][:]
         words = [_text(w) for w in g[D_WORDS][:]]
-        if emb.shape != (key.top_n, key.dim) or sv.shape != (key.dim,) or len(words) != key.top_n:
-            raise InputError(f"{path} is damaged: entry {key.group} has shape {emb.shape}; "
-                             f"delete it to recompute")
         info_text = _text(g.attrs.get(A_INFO, "{}"))
         if A_SHA in g.attrs and _entry_sha256(key, words, emb, sv, info_text) != _text(g.attrs[A_SHA]):
             raise InputError(f"{path} is damaged: entry {key.group} fails its checksum; delete it to recompute")

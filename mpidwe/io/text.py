@@ -112,6 +112,30 @@ def open_reader(source: "Source") -> BinaryIO:
     return open_source(source.path, source.compression)
 
 
+BINARY_SAMPLE = 1 << 20      # bytes of a text that ``binary_reason`` looks at
+MOST_INVALID = 0.2           # a text with more of its characters invalid UTF-8 is not text
+
+
+def binary_reason(path: str, sample: int = BINARY_SAMPLE) -> str | None:
+    """Why ``path`` (plain, gzip or bz2) is not text, judged from its first ``sample``
+    uncompressed bytes: it holds NUL bytes, or more than MOST_INVALID of its characters are
+    invalid UTF-8 (preprocess would replace them and keep junk words for good); None for
+    text, or where it cannot be read (preprocess then says why)."""
+    try:
+        with open_source(path, detect_compression(path)) as fh:
+            data = fh.read(sample)
+    except READ_ERRORS:
+        return None
+    if b"\0" in data:
+        return "it holds NUL bytes (a binary file, not text)"
+    text = data.decode("utf-8", errors="replace")
+    invalid = text.count("\ufffd") - data.count("\ufffd".encode())
+    if text and invalid > MOST_INVALID * len(text):
+        return (f"{invalid:,} of its first {len(text):,} characters are invalid UTF-8 (a binary file, or "
+                f"text in another encoding: convert it to UTF-8)")
+    return None
+
+
 def read_or_fail(fh: BinaryIO, n: int, path: str) -> bytes:
     """``fh.read(n)``; a corrupt or truncated compressed stream is an InputError naming ``path``."""
     try:

@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..core.config import PreprocessConfig, parse_command
+from ..dist import deathwatch
 from ..dist.comm import Comm, run_main
 from .output import h5_write_failed
 from .pipeline import run
@@ -73,5 +74,6 @@ def main(argv=None, *, as_command: bool = False) -> int:
     if h5_write_failed() and as_command:
         sys.stdout.flush()
         sys.stderr.flush()
+        deathwatch.disarm()      # os._exit skips the exit handler that tells the watcher
         os._exit(rc)
     return rc

@@ -11,8 +11,9 @@ import time
 
 from ..core.config import PreprocessConfig
 from ..core.errors import InputError
+from ..dist import deathwatch
 from ..io import corpus as corpus_io
-from ..io.fsutil import DirLock, reason
+from ..io.fsutil import DirLock, file_sha256, reason
 from .tempfiles import host_name, remove_leftovers
 
 
@@ -43,10 +44,17 @@ def check_output(cfg: PreprocessConfig) -> None:
         raise InputError(f"output directory is not writable: {parent}")
 
 
+def died_marker(cfg: PreprocessConfig) -> str:
+    """The name, beside the output, of the file the watcher of a rank killed by a signal
+    claims (dist/deathwatch.py): one per output, so runs to other outputs are not confused."""
+    return f".{os.path.basename(cfg.output)}.rank-died"
+
+
 def start_run(cfg: PreprocessConfig, log) -> str:
     """Rank 0, before anything is written: check the output, remove what killed runs to it
-    left, and return this run's tag."""
+    left (their rank-died marker too), and return this run's tag."""
     check_output(cfg)
+    deathwatch.clear(os.path.dirname(os.path.abspath(cfg.output)), died_marker(cfg))
     removed = remove_leftovers(cfg.output, cfg.inputs)
     if removed and log:
         log(f"note: removed {len(removed)} temporary file(s) left by killed runs to {cfg.output}: "
@@ -87,6 +95,8 @@ def appended_config(cfg: PreprocessConfig) -> PreprocessConfig:
         raise InputError(f"--append {path}: no such corpus" + (" (a folder)" if os.path.isdir(path) else ""))
     with corpus_io.Corpus(path) as c:
         stored = c.attrs.get(corpus_io.A_OPTIONS) or {}
+        if not cfg.allow_duplicate:
+            refuse_duplicates(cfg.inputs, c.segment_info, path)
     defaults = PreprocessConfig(inputs=cfg.inputs)
     keep = {}
     for name in INHERITED_OPTIONS:
@@ -98,6 +108,23 @@ def appended_config(cfg: PreprocessConfig) -> PreprocessConfig:
                              f"with {stored[name]!r}; appended text takes the corpus's own options")
         keep[name] = stored[name]
     return dataclasses.replace(cfg, output=path, force=False, **keep)
+
+
+def refuse_duplicates(inputs, segments: list[dict], corpus: str) -> None:
+    """Refuse an input the corpus already holds: one recorded with the same SHA-256, or, for
+    an input recorded without one (older corpora), the same real path and size."""
+    for p in inputs:
+        if p == "-" or not os.path.isfile(p):
+            continue                  # a stream has no identity; a missing file is said later
+        digest, size, real = file_sha256(p), os.path.getsize(p), os.path.realpath(p)
+        for k, seg in enumerate(segments):
+            for old in seg.get("inputs") or []:
+                same = (old.get("sha256") == digest if old.get("sha256")
+                        else os.path.realpath(str(old.get("path", ""))) == real and old.get("bytes") == size)
+                if same:
+                    raise InputError(f"input {p} is already in {corpus}: segment {k} holds {old.get('path')} "
+                                     f"with the same content ({size:,} bytes); append it again with "
+                                     f"--allow-duplicate")
 
 
 _H5_WRITE_FAILED = False   # an HDF5 write failed in this process: see cli.main()

@@ -22,13 +22,14 @@ import numpy as np
 
 from ..core.config import PreprocessConfig, to_json
 from ..core.errors import InputError
+from ..dist import deathwatch
 from ..dist.comm import Comm
 from ..io import corpus as corpus_io
-from ..io.fsutil import fsync_dir
+from ..io.fsutil import file_sha256, fsync_dir
 from ..io.text import Boundary, ScanStats, Source, TextOptions
 from ..version import __version__
 from .inputs import plan_inputs
-from .output import appended_config, disk_full, lock_output, start_run
+from .output import appended_config, died_marker, disk_full, lock_output, start_run
 from .passes import (CompiledCount, IdSpool, RankIds, count_compiled, count_tokens, final_ids,
     final_ids_compiled)
 from .tempfiles import TempPaths, remove_quietly
@@ -99,7 +100,10 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled
 
 def _locked_run(cfg: PreprocessConfig, comm: Comm, log, engine: str) -> dict:
     t0 = time.perf_counter()
-    tag = comm.on_root(start_run, cfg, log)
+    tag = comm.on_root(start_run, cfg, log)      # rank 0 also clears an old rank-died marker
+    # a rank killed by a signal cannot say so: its watcher names it (as training's do)
+    deathwatch.start(os.path.dirname(os.path.abspath(cfg.output)), comm.rank, comm.size,
+                     hint="; rerun the same command", name=died_marker(cfg))
     paths = TempPaths.of_run(cfg.output, cfg.inputs, tag, comm.size, comm.is_root)
     try:
         summary = run_steps(RunState(cfg, engine == "compiled", paths, t0), comm)
@@ -133,7 +137,9 @@ def run_steps(st: RunState, comm: Comm) -> dict | None:
     fix_vocabulary(st, comm)
     map_ids(st, comm)                   # pass 2
     place_slices(st, comm)
-    st.base = corpus_io.Corpus(st.cfg.append) if st.cfg.append and comm.is_root else None
+    # rank 0 opens the corpus it grows inside the all-ranks error path: a failure there (the
+    # file gone or damaged since pass 1) stops every rank with one line, not an aborted job
+    st.base = comm.on_root(corpus_io.Corpus, st.cfg.append, broadcast=False) if st.cfg.append else None
     try:
         create_file(st, comm)
         write_slices(st, comm)
@@ -223,6 +229,9 @@ def _create_corpus_file(st: RunState, ranks: int) -> Layout:
     if old_tokens + new_tokens != int(st.counts.sum()):   # both count the same tokens: a bug, not bad input
         raise RuntimeError(f"kept tokens: the vocabulary counts {int(st.counts.sum())}, "
                            f"the ranks wrote {old_tokens + new_tokens}")
+    if base is not None and new_tokens == 0:    # an empty segment would be "trained" on nothing
+        raise InputError(f"input keeps no token: none of its {st.totals.raw_tokens:,} tokens is a word of the "
+                         f"corpus or occurs --min-count={st.cfg.min_count} times; nothing appended")
     attrs, segment = _attributes(st, ranks)
     try:
         offsets = corpus_io.create_corpus(
@@ -242,6 +251,10 @@ def _attributes(st: RunState, ranks: int) -> tuple[dict, dict]:
     cfg, totals, base = st.cfg, st.totals, st.base
     inputs = [{"path": p, "bytes": s.file_bytes, "uncompressed_bytes": s.size, "compression": s.compression}
               for p, s in zip(cfg.inputs, st.sources)]
+    if base is not None:     # what a later --append compares its inputs with (a duplicate is refused)
+        for entry, p in zip(inputs, cfg.inputs):
+            if p != "-":
+                entry["sha256"] = file_sha256(p, entry["bytes"])   # the bytes read, if it grew since
     created = datetime.datetime.now(datetime.timezone.utc).isoformat()
     old = base.attrs if base is not None else {}
     segment = {"inputs": inputs, corpus_io.A_RAW_TOKENS: totals.raw_tokens,

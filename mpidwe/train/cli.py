@@ -22,8 +22,17 @@ def _body(argv, comm: Comm, stop: StopRequest) -> int:
     return EXIT_REQUEUE if result.stopped else 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, as_command: bool = False) -> int:
+    """The command. ``as_command`` (``python -m mpidwe.train``, the ``mpidwe`` console script):
+    this process is the command, so once the run is over SIGTERM/SIGUSR1 are ignored
+    until the process ends: one that arrives after the outputs are written (while MPI
+    shuts down) changes nothing, and the exit status stays the run's (0, or 75 after a stop whose
+    checkpoint was written) instead of the launcher's 15."""
     setup_cli_logging()
     # catch a time-limit signal that arrives while MPI and the corpus are still starting up
-    with StopRequest() as stop:
-        return run_main(PROG, lambda a, c: _body(a, c, stop), argv)
+    stop = StopRequest()
+    with stop:
+        code = run_main(PROG, lambda a, c: _body(a, c, stop), argv)
+        if as_command:
+            stop.ignore_from_now()
+    return code

@@ -23,7 +23,6 @@ exit 0; stopped with a step unfinished (its checkpoint holds it): exit 75 (EXIT_
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -33,8 +32,9 @@ from ..dist.comm import Comm
 from ..core.config import PreprocessConfig, TrainConfig
 from ..io.corpus import Corpus
 from ..core.errors import EXIT_REQUEUE, InputError
-from ..io.fsutil import DirLock, atomic_write
-from .rundir import PROG
+from ..io.fsutil import DirLock, atomic_write, file_sha256
+from ..io.text import binary_reason
+from .rundir import PROG, remove_if_empty
 from .runner import run
 
 FORMAT = "mpidwe-follow"
@@ -48,14 +48,6 @@ TICK_S = 0.1      # how often a waiting rank looks at its stop flag
 
 def step_dir(out: str, step: int) -> str:
     return os.path.join(out, STEPS, f"{step:04d}")
-
-
-def file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def ready_files(folder: str, settle_s: float, now: float | None = None) -> list[tuple[str, int]]:
@@ -119,6 +111,7 @@ class Follower:
     def __init__(self, cfg: TrainConfig, comm: Comm, stop, log):
         self.cfg, self.comm, self.stop, self.log, self.prog = cfg, comm, stop, log, PROG
         self.state: FollowState | None = None
+        self._seen: set[tuple] = set()     # (file, size, mtime) of taken files already compared
 
     # ------------------------------------------------------------ rank 0's decisions
     def _open(self) -> list[dict]:
@@ -132,25 +125,68 @@ class Follower:
         return self.state.steps
 
     def _next_file(self) -> dict | None:
-        """The oldest ready file not taken yet, recorded as ``appending``; None if none."""
+        """The oldest ready file not taken yet, recorded as ``appending``; None if none. A
+        file that is not text is recorded as ``rejected`` and passed over. Files taken
+        earlier that changed since are warned about first (``_check_taken``)."""
         st = self.state
+        self._check_taken()
         taken = st.taken()
         for name, size in ready_files(self.cfg.follow, self.cfg.follow_settle):
             if name in taken:
                 continue
             path = os.path.join(self.cfg.follow, name)
             try:
-                digest = file_digest(path)
+                stat = os.stat(path)
+                digest = file_sha256(path, stat.st_size)
             except OSError:          # removed meanwhile: the next poll decides
                 continue
             with Corpus(self.cfg.corpus) as c:
                 before = c.corpus_id
-            step = {"step": len(st.steps), "file": name, "size": size, "sha256": digest,
-                    "corpus_id_before": before, "state": "appending", "run": os.path.join(STEPS, f"{len(st.steps):04d}")}
+            step = {"step": len(st.steps), "file": name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                    "sha256": digest, "corpus_id_before": before, "state": "appending",
+                    "run": os.path.join(STEPS, f"{len(st.steps):04d}")}
+            why = binary_reason(path)
+            if why is not None:      # junk words would enter the vocabulary for good (appends keep ids)
+                step.update(state="rejected", reason=f"not text: {why}")
+                if self.log:
+                    self.log(f"step {step['step']}: {path} not appended: not text: {why}")
             st.steps.append(step)
             st.save()
-            return step
+            if why is None:
+                return step
         return None
+
+    def _check_taken(self) -> None:
+        """Rank 0, each poll (and so at every restart): compare every file taken with its
+        recorded size, modification time and SHA-256. A file that grew or changed after it
+        was taken is warned about, once per change and process, and the change is recorded
+        in its step (``changed``): its new bytes are not trained."""
+        for s in self.state.steps:
+            name = s.get("file")
+            if not name or s["state"] == "appending":
+                continue
+            path = os.path.join(self.cfg.follow, name)
+            try:
+                st = os.stat(path)
+            except OSError:          # removed (or moved away) since: nothing left to train
+                continue
+            now = (name, st.st_size, st.st_mtime_ns)
+            if (st.st_size, st.st_mtime_ns) == (s["size"], s.get("mtime_ns", st.st_mtime_ns)) or now in self._seen:
+                continue
+            self._seen.add(now)
+            kept = st.st_size >= s["size"] and file_sha256(path, s["size"]) == s["sha256"]
+            if kept and st.st_size == s["size"]:
+                continue             # touched, not changed
+            done = {"rejected": "were rejected", "trained": "were trained"}.get(s["state"], "were appended")
+            what = (f"grew after it was taken: its first {s['size']:,} bytes {done}, the "
+                    f"{st.st_size - s['size']:,} written since are not trained" if kept else
+                    f"changed after it was taken: {s['size']:,} bytes of other content {done}, what it holds "
+                    f"now ({st.st_size:,} bytes) is not trained")
+            if self.log:
+                self.log(f"warning: {path} {what}; put new text in a new file (write it elsewhere, then "
+                         f"rename it into {self.cfg.follow})")
+            s["changed"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "grew": kept}
+            self.state.save()
 
     def _landed(self, step: dict) -> bool:
         """Did an ``appending`` step's append reach the corpus (a crash after the rename)?"""
@@ -158,8 +194,9 @@ class Follower:
             if c.corpus_id == step["corpus_id_before"]:
                 return False
             info = c.segment_info[-1]
-            got = [(os.path.basename(i.get("path", "")), i.get("bytes")) for i in info.get("inputs", [])]
-            if info.get("parent_corpus_id") == step["corpus_id_before"] and got == [(step["file"], step["size"])]:
+            got = [os.path.basename(i.get("path", "")) for i in info.get("inputs", [])]
+            # its size may differ from the one taken: a file that grew meanwhile (_appended says so)
+            if info.get("parent_corpus_id") == step["corpus_id_before"] and got == [step["file"]]:
                 return True
         raise InputError(f"{self.cfg.corpus} changed since {step['file']} was taken (its id is no longer "
                          f"{step['corpus_id_before'][:12]}, and its last segment is not that file); "
@@ -170,8 +207,15 @@ class Follower:
         self.state.save()
 
     def _lock(self) -> DirLock:
+        made = [] if os.path.exists(self.cfg.out) else [self.cfg.out]
         os.makedirs(self.cfg.out, exist_ok=True)
-        return DirLock(self.cfg.out, "follow run", name=".mpidwe-follow.lock").acquire(warn=self.log)
+        try:
+            lock = DirLock(self.cfg.out, "follow run", name=".mpidwe-follow.lock").acquire(warn=self.log)
+        except BaseException:
+            remove_if_empty(made)
+            raise
+        lock.made = made
+        return lock
 
     # ------------------------------------------------------------ every rank
     def run(self) -> int:
@@ -193,6 +237,7 @@ class Follower:
         finally:
             if lock is not None:
                 lock.release()
+                remove_if_empty(lock.made)     # a failed start leaves no empty RUN_DIR
 
     def _base_step(self) -> list[dict]:
         with Corpus(self.cfg.corpus) as c:
@@ -244,9 +289,9 @@ class Follower:
                     if self.log:
                         self.log(f"step {step['step']}: {path} not appended: {e}")
                     return False
-            cid = comm.on_root(self._corpus_id)
-            comm.on_root(self._mark, step["step"], state="appended", corpus_id=cid, broadcast=False)
-            step.update(state="appended", corpus_id=cid)
+            fields = comm.on_root(self._appended, step)
+            comm.on_root(self._mark, step["step"], broadcast=False, **fields)
+            step.update(fields)
         if comm.allreduce_scalar(float(self.stop.requested), "max") > 0:
             if self.log:
                 self.log(f"stop requested: step {step['step']} is appended but not trained; run again to train it")
@@ -267,9 +312,22 @@ class Follower:
         done = [s for s in self.state.steps[:k] if s["state"] == "trained"]
         return step_dir(self.cfg.out, done[-1]["step"]) if done else self.cfg.init_from
 
-    def _corpus_id(self) -> str:
+    def _appended(self, step: dict) -> dict:
+        """The fields of a step whose append landed: the corpus id, and, where the file
+        changed between being taken and being read, the size and digest of what the segment
+        holds (preprocess read the file as it was then)."""
         with Corpus(self.cfg.corpus) as c:
-            return c.corpus_id
+            fields = {"state": "appended", "corpus_id": c.corpus_id}
+            inputs = c.segment_info[-1].get("inputs") or [{}]
+        size = inputs[0].get("bytes", step["size"])
+        if size != step["size"]:
+            path = os.path.join(self.cfg.follow, step["file"])
+            if self.log:
+                self.log(f"note: {path} changed while it was appended: {size:,} bytes appended, not the "
+                         f"{step['size']:,} taken")
+            fields.update(size=size, sha256=file_sha256(path, size),
+                          mtime_ns=os.stat(path).st_mtime_ns)
+        return fields
 
     def train_step(self, step: dict):
         cfg = self.cfg

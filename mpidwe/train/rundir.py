@@ -16,13 +16,15 @@ from ..version import __version__
 PROG = "python -m mpidwe.train"
 
 
-def _check_writable(cfg: TrainConfig) -> None:
+def _check_writable(cfg: TrainConfig) -> list[str]:
     """RUN_DIR and RUN_DIR/checkpoints must be folders this process can write, checked before
-    any training (or the run trains for hours and then cannot save)."""
+    any training (or the run trains for hours and then cannot save). Returns the folders it
+    made, innermost first (``remove_if_empty`` takes them back after a failed start)."""
     ckpt_dir = os.path.join(cfg.out, "checkpoints")
     for path in (cfg.out, ckpt_dir):
         if os.path.exists(path) and not os.path.isdir(path):
             raise InputError(f"--out {cfg.out}: {path} exists and is not a folder")
+    made = [p for p in (ckpt_dir, os.path.abspath(cfg.out)) if not os.path.exists(p)]
     try:
         os.makedirs(ckpt_dir, exist_ok=True)
         probe = os.path.join(ckpt_dir, f".write-test-{os.getpid()}")
@@ -30,7 +32,19 @@ def _check_writable(cfg: TrainConfig) -> None:
             fh.write(b"x")
         os.unlink(probe)
     except OSError as e:
+        remove_if_empty(made)
         raise InputError(f"--out {cfg.out} is not writable: {reason(e)}") from None
+    return made
+
+
+def remove_if_empty(folders: list[str]) -> None:
+    """Remove the folders a run made (innermost first) where nothing was written in them: a
+    run that failed before it started leaves no empty RUN_DIR behind."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:        # something is in it (or it is gone): keep it
+            pass
 
 
 def _old_run(cfg: TrainConfig) -> list[str]:
@@ -43,8 +57,13 @@ def _old_run(cfg: TrainConfig) -> list[str]:
 def _take_run_dir(cfg: TrainConfig, log) -> DirLock:
     """Rank 0 locks RUN_DIR for the whole run (a second run into it is refused), then removes
     the temporary files a killed run left there: under the lock none can be a live one."""
-    _check_writable(cfg)
-    lock = DirLock(cfg.out, "training run").acquire(warn=log)
+    made = _check_writable(cfg)
+    try:
+        lock = DirLock(cfg.out, "training run").acquire(warn=log)
+    except BaseException:
+        remove_if_empty(made)
+        raise
+    lock.made = made          # the folders to take back if the run fails before it starts
     deathwatch.clear(cfg.out)
     for folder in (cfg.out, os.path.join(cfg.out, "checkpoints")):
         gone = remove_leftovers(folder)

@@ -17,7 +17,7 @@ from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Plan, make_plan
 from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
-from .rundir import _check_run_dir, _start_run_dir, _take_run_dir
+from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
 from .warm import warm_start
 
 DEMO_DIR = "demo"
@@ -65,6 +65,17 @@ class StopRequest:
 
     def _handle(self, signum, frame):
         self.requested = True
+
+    def ignore_from_now(self) -> None:
+        """The run is over and its outputs are written: from now on until the process ends
+        (MPI's shutdown included), SIGTERM/SIGUSR1 are ignored, not restored when the ``with``
+        block ends. Ignored, not handled: Python puts its own handlers back to the default
+        (termination) at interpreter exit, before mpi4py finalizes MPI."""
+        import signal
+
+        for sig in self._old:
+            signal.signal(sig, signal.SIG_IGN)
+        self._old = {}
 
     def __exit__(self, *exc):
         import signal
@@ -133,3 +144,4 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
     finally:
         if lock is not None:
             lock.release()
+            remove_if_empty(lock.made)     # a failed start: no empty RUN_DIR is left

@@ -21,8 +21,12 @@ from .plan import Plan
 from .resume import RESUME_DEFAULTS
 
 
-def _init_checkpoint(path: str, log) -> checkpoint.Checkpoint:
+def _init_checkpoint(path: str, log, corpus_path: str = "") -> checkpoint.Checkpoint:
     """--init-from: a checkpoint, or a run directory (its newest valid checkpoint)."""
+    if corpus_path and os.path.realpath(path) == os.path.realpath(corpus_path):
+        # said before HDF5 opens it a second time (it refuses a file this process holds open)
+        raise InputError(f"--init-from {path} is the corpus, not a checkpoint (give a run directory or "
+                         f"a checkpoint, RUN_DIR/checkpoints/ckpt-*.h5)")
     if os.path.isdir(path):
         folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
         ck = checkpoint.latest_valid(folder, warn=log)
@@ -52,7 +56,7 @@ def warm_start(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, state: 
     learning-rate schedule and the RNG streams are the new run's own. Any rank count works:
     rank 0 reads the model and broadcasts the result."""
     def build():
-        ck = _init_checkpoint(cfg.init_from, log)
+        ck = _init_checkpoint(cfg.init_from, log, corpus.path)
         if ck.w_in.shape[1] != cfg.dim:
             raise InputError(f"--init-from {ck.path}: its vectors have {ck.w_in.shape[1]} dimensions, "
                              f"--dim is {cfg.dim}")
