@@ -1,0 +1,95 @@
+"""Parallel efficiency of a sync scheme on a cluster, from its measured costs per trained word.
+
+    python benchmarks/scaling_perword.py RUN_1 RUN_P [RUN_P ...] [--threads 16 32] [--gbits 10 25 100]
+
+RUN_1 is a 1-rank, 1-thread training run (its compute rate r); every RUN_P a run of the same
+corpus and settings at P ranks, with any sync flags. From the last metrics line of a RUN_P,
+averaged over its ranks, the model takes three costs per word a rank trains:
+
+- b, bytes sent (``sync_bytes / words_rank``): set by the corpus, the scheme and P, not by
+  the hardware;
+- s, syncs (``syncs / words_rank``): the same;
+- a, the sync's array work per second of the kernel's compute
+  (``sync_array_seconds / compute_seconds``): both are seconds of one core, slowed alike
+  when ranks are oversubscribed, so their ratio carries over.
+
+One node runs one rank of T threads at T e r words per second (e: the threads' efficiency,
+``--thread-efficiency``, an assumption: this 2-core machine cannot measure 16-32 threads).
+The sync's array work runs on one core today (``--array-threads 1``); with more, it is
+divided among them at the threads' efficiency. Per word of one node, with no overlap:
+
+    compute 1 / (T e r) + array a / (A e r) + network b / B + latency s x 2 (P - 1) alpha
+
+(B: bandwidth per node; alpha = 20 us per step of the all-to-all and the allgather, as
+benchmarks/scaling.py). Parallel efficiency = compute / the sum: the share of an ideal
+P-fold speed-up a P-node job reaches. Each RUN_P predicts for its own P only: the costs
+per word are measured, not extrapolated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ALPHA = 20e-6
+
+
+def last(run: str) -> dict:
+    return json.loads(Path(run, "metrics.jsonl").read_text().splitlines()[-1])
+
+
+def flags(run: str) -> str:
+    cfg = json.loads(Path(run, "config.json").read_text())
+    parts = [f"sync {cfg['sync']}", f"every {cfg['sync_every']:,}"]
+    if cfg.get("sync_full", 1) > 1:
+        parts.append(f"tiers hot {cfg['sync_hot']} full {cfg['sync_full']}")
+    if cfg.get("wire", "fp32") != "fp32":
+        parts.append(cfg["wire"])
+    return ", ".join(parts)
+
+
+def costs(run: str) -> dict:
+    rec = last(run)
+    p = len(rec["words_rank"])
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return {"P": p, "b": mean([b / w for b, w in zip(rec["sync_bytes"], rec["words_rank"])]),
+            "s": mean([rec["syncs"] / w for w in rec["words_rank"]]),
+            "a": mean([a / c for a, c in zip(rec["sync_array_seconds"], rec["compute_seconds"])]),
+            "eval": rec.get("eval", {}), "flags": flags(run)}
+
+
+def efficiency(c: dict, r: float, threads: int, e: float, gbits: float, array_threads: int) -> float:
+    compute = 1 / (threads * e * r)
+    array = c["a"] / r if array_threads == 1 else c["a"] / (min(array_threads, threads) * e * r)
+    rest = array + c["b"] / (gbits * 1e9 / 8) + c["s"] * 2 * (c["P"] - 1) * ALPHA
+    return compute / (compute + rest)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("one", help="a 1-rank, 1-thread run directory")
+    ap.add_argument("runs", nargs="+", help="run directories at P ranks")
+    ap.add_argument("--threads", type=int, nargs="+", default=[16, 32])
+    ap.add_argument("--gbits", type=float, nargs="+", default=[10, 25, 100])
+    ap.add_argument("--thread-efficiency", type=float, default=0.8)
+    ap.add_argument("--array-threads", type=int, default=1, help="threads of the sync's array work (1: today)")
+    a = ap.parse_args()
+    rec1 = last(a.one)
+    r = rec1["words_rank"][0] / rec1["compute_seconds"][0]
+    print(f"measured: 1 rank x 1 thread computes {r:,.0f} words/s ({a.one}); threads' efficiency "
+          f"assumed {a.thread_efficiency}; the sync's array work on {a.array_threads} thread(s)")
+    head = " | ".join(f"T={t} {g:g} Gb/s" for t in a.threads for g in a.gbits)
+    print(f"| P | scheme | quality | bytes/word | syncs per 1M words | array/compute | {head} |")
+    print("|" + " --- |" * (6 + len(a.threads) * len(a.gbits)))
+    for run in a.runs:
+        c = costs(run)
+        q = " / ".join(f"{v:.3f}" if "sim" in k else f"{100 * v:.2f}%" for k, v in sorted(c["eval"].items(), reverse=True))
+        effs = " | ".join(f"{100 * efficiency(c, r, t, a.thread_efficiency, g, a.array_threads):.0f}%" for t in a.threads for g in a.gbits)
+        print(f"| {c['P']} | {c['flags']} | {q} | {c['b']:,.1f} | {1e6 * c['s']:.1f} | {c['a']:.3f} | {effs} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
