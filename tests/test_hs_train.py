@@ -83,24 +83,29 @@ def test_hs_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks):
                    timeout=300)
     assert "resuming from" in proc.stdout
     assert digest(part) == digest(full)
-    # a checkpoint of an HS run does not continue as negative sampling
+    # a checkpoint of an HS run does not continue as negative sampling when that is asked for
+    # (left out, --loss is taken from the checkpoint, as every model setting is)
     ck = checkpoint.list_checkpoints(str(full / "checkpoints"))[0]
     flags = [f for f in FLAGS if f not in ("--loss", "hs")]
     proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "x"), *flags,
-                           "--resume", ck], check=False, timeout=60)
+                           "--loss", "ns", "--resume", ck], check=False, timeout=60)
     lines = error_lines(proc.stderr)
     assert proc.returncode == 2 and len(lines) == 1 and "--loss is 'ns' but the checkpoint has 'hs'" in lines[0]
     if ranks == 2:
-        # a checkpoint of the cap before --loss hs had its own (0.2): refused with the flag to give
+        # a checkpoint of the cap before --loss hs had its own (0.2): continued with it when the
+        # flag is left out, refused with the flag to give when another cap is asked for
         run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "y"), *FLAGS,
                         "--max-local-lr", "0.2", "--epochs", "1"], timeout=300)
+        old = str(next((tmp_path / "y" / "checkpoints").glob("ckpt-*.h5")))
         proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "z"), *FLAGS,
-                               "--resume", str(next((tmp_path / "y" / "checkpoints").glob("ckpt-*.h5")))],
-                       check=False, timeout=60)
+                               "--max-local-lr", "0.05", "--resume", old], check=False, timeout=60)
         lines = error_lines(proc.stderr)
         assert proc.returncode == 2 and len(lines) == 1
         assert "--max-local-lr is 0.05 but the checkpoint has 0.2 (give --max-local-lr 0.2 to continue it;" \
             in lines[0]
+        proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "w"), *FLAGS,
+                               "--resume", old], timeout=300)
+        assert "--max-local-lr 0.2" in proc.stdout
 
 
 def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path):

@@ -345,5 +345,7 @@ def test_nan_vectors_are_neither_queries_nor_neighbours(tmp_path):
     proc = inspect(path, "analogy", "a", "b", "c")
     assert proc.returncode == 2 and "the vector of 'b' holds nan" in proc.stderr
     proc = run_py(["-m", "mpidwe.inspect", str(path), "neighbors", "-", "-k", "2"], input="b a\n")
-    assert proc.returncode == 0 and [r.split("\t")[:2] for r in proc.stdout.splitlines()] == [["a", "c"], ["a", "d"]]
+    # a batch answers what it can and exits 2 when any query failed (issue 24)
+    assert proc.returncode == 2 and [r.split("\t")[:2] for r in proc.stdout.splitlines()] == [["a", "c"], ["a", "d"]]
     assert "standard input line 1: the vector of 'b' holds nan" in proc.stderr
+    assert "1 of 2 queries could not be answered" in proc.stderr
