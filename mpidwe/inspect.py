@@ -46,9 +46,10 @@ import sys
 from .api import MATRICES, WordVectors, load
 from .core.charmodel import CharModelOptions
 from .core.errors import ConfigError, InputError, MpidweError
+from .core.prog import prog
 from .io.fsutil import atomic_path
 
-PROG = "python -m mpidwe.inspect"
+PROG = prog("inspect")
 STDIN = "-"
 
 

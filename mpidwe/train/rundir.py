@@ -8,12 +8,13 @@ import os
 
 from ..core.config import TrainConfig
 from ..core.errors import InputError
+from ..core.prog import prog
 from ..dist import deathwatch
 from ..io import checkpoint
 from ..io.fsutil import DirLock, atomic_write, reason, remove_leftovers
 from ..version import __version__
 
-PROG = "python -m mpidwe.train"
+PROG = prog("train")
 
 
 def _check_writable(cfg: TrainConfig) -> None:
