@@ -11,6 +11,7 @@ import dataclasses
 import json
 import difflib
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: b
         elif typing.get_origin(tp) is tuple:
             kwargs["nargs"] = meta["nargs"] or "+"
             kwargs["type"] = typing.get_args(tp)[0]
+            if not meta["positional"]:       # --eval-analogy a --eval-analogy b: both, as -I does
+                kwargs["action"], default = "extend", list(default)
+                kwargs["help"] += "; repeating the flag adds to the list"
         else:
             kwargs["type"] = tp
         if meta["positional"]:
@@ -531,6 +535,10 @@ class TrainConfig:
         _check(not (self.subwords and self.kernel == "torch"), "--subwords runs on the numba kernel only "
                "(--kernel numba or auto on a CPU)")
         _check(bool(self.out), "--out must not be empty")
+        for name in ("eval_sim", "eval_analogy"):
+            paths = [os.path.normpath(p) for p in getattr(self, name)]
+            twice = next((p for p in paths if paths.count(p) > 1), None)
+            _check(twice is None, f"--{name.replace('_', '-')} names {twice} more than once")
         _positive("follow_poll", self.follow_poll)
         _positive("follow_settle", self.follow_settle, allow_zero=True)
         _check(not self.follow or (self.segments == "all" and self.resume is None and not self.force),
