@@ -184,6 +184,38 @@ def test_progress_rate_and_eta_leave_the_compiling_round_out():
     assert line.endswith("; compute 90%")
 
 
+def test_progress_line_counts_evaluation_as_evaluation_not_communication():
+    """With --eval-every, rank 0 evaluates and the others wait for it: a third column per
+    rank, shown as its own share (it once read "compute 33%, comm 67%")."""
+    clock = iter([0.0, 10.0, 20.0]).__next__
+    t = ProgressLog(5.0, 1_000_000, 0, now=clock)
+    line = t.line(250_000, 500.0, 200.0, 0.02, np.array([[3.0, 0.5, 6.0], [3.5, 0.2, 6.2]]))
+    assert line.endswith("slowest rank 1: compute 35%, comm 2%, evaluation 62% (rank 0 evaluates, the others wait)")
+    line = t.line(500_000, 800.0, 400.0, 0.01, np.array([[12.0, 1.0, 6.0], [12.5, 0.7, 6.2]]))   # none since
+    assert line.endswith("slowest rank 0: compute 90%, comm 5%"), line
+
+
+@pytest.mark.mpi
+def test_evaluation_during_training_is_logged_and_accounted_as_evaluation(corpus, tmp_path):
+    demo = corpus.parent
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--dim", "16",
+                       "--threads", "1", "--epochs", "2", "--sync-every", "5000", "--log-seconds", "0.2",
+                       "--eval-every", "10000", "--eval-analogy", str(demo / "demo-analogies.txt"),
+                       "--eval-sim", str(demo / "demo-similarity.tsv")], timeout=180)
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("evaluation at ")]
+    records = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r for r in records if "eval" in r]
+    assert len(said) == len(evaluated) > 2, proc.stdout
+    for line, r in zip(said, evaluated):
+        assert f"({r['words']:,} words, " in line and "on rank 0; the other 1 rank(s) waited for it): " in line
+        assert f"analogy:demo-analogies.txt {r['eval']['analogy:demo-analogies.txt']:.4f}" in line, line
+        assert f"sim:demo-similarity.tsv {r['eval']['sim:demo-similarity.tsv']:.4f}" in line, line
+    assert said[-1].startswith("evaluation at 100.0% ")
+    progress = [ln for ln in proc.stderr.splitlines() if "slowest rank" in ln]
+    assert any(", evaluation " in ln and ln.endswith("(rank 0 evaluates, the others wait)") for ln in progress), \
+        proc.stderr
+
+
 def test_no_bar_without_a_terminal(tmp_path):
     with open(tmp_path / "log", "w") as fh:
         assert not bar_wanted(True, fh)

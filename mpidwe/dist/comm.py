@@ -101,11 +101,14 @@ class Comm:
         return MPI.Get_library_version().splitlines()[0].strip()
 
     # --- small-object collectives (pickle) -----------------------------------------
-    def barrier(self) -> None:
+    def barrier(self, accounted: bool = True) -> None:
+        """``accounted=False``: a wait that is not communication (the ranks waiting for rank
+        0's evaluation), kept out of the communication seconds."""
         if self._comm is not None:
             t = time.perf_counter()
             self._comm.Barrier()
-            self.stats.add(0, time.perf_counter() - t)
+            if accounted:
+                self.stats.add(0, time.perf_counter() - t)
 
     def bcast(self, obj, root: int = 0):
         if self._comm is None:
