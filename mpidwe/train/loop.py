@@ -331,7 +331,7 @@ class Trainer:
             self.state.history.append(record)
             thin_history(self.state.history)
             _show(bar, record)
-            if due_eval and self.log:
+            if due_eval and self.log and record.get("eval"):
                 self.log(evaluation_line(record, self.plan.words_total, self.eval_s - eval_before, self.comm.size))
         if due_eval:
             marks.eval_words = p.words_done
