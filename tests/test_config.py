@@ -178,3 +178,20 @@ def test_a_repeated_list_flag_adds_to_the_list(tmp_path):
     with pytest.raises(ConfigError, match=r"--eval-analogy names d/a.txt more than once"):
         parse_command(TrainConfig, ["--eval-analogy", "d/a.txt", "--eval-analogy", "d/./a.txt"], prog="t",
                       description="", config_file_flag=True)
+
+
+def test_train_help_is_grouped_by_topic():
+    """244 ungrouped lines before: now sections, each flag under its own, every field in one."""
+    import re
+
+    groups = TrainConfig.HELP_GROUPS
+    named = [n for names in groups.values() for n in names]
+    assert sorted(named) == sorted(f.name for f in dataclasses.fields(TrainConfig)) and len(set(named)) == len(named)
+    out = run_py(["-m", "mpidwe.train", "--help"]).stdout
+    titles = [t for t in re.findall(r"^(\S[^\n]*):$", out, re.M) if t in groups]
+    assert titles == list(groups)
+    for title, names in groups.items():
+        start = out.index(f"\n{title}:\n")
+        section = out[start:out.find("\n\n", start + 2)]
+        for name in names:
+            assert f"  --{name.replace('_', '-')}" in section, (title, name)

@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: b
     """Add one argument per field of ``cls``. With ``defaults_from_file`` every default is
     SUPPRESS, so that only flags the user gave override a config file."""
     hints = typing.get_type_hints(cls)
+    target = {}                   # a field's section of --help (HELP_GROUPS), else the options
+    for title, names in getattr(cls, "HELP_GROUPS", {}).items():
+        target.update(dict.fromkeys(names, parser.add_argument_group(title)))
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if "help" not in meta:
@@ -72,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: b
             parser.add_argument(f.name, metavar=f.name.upper().rstrip("S"), **kwargs)
             continue
         kwargs["default"] = argparse.SUPPRESS if defaults_from_file else default
-        parser.add_argument(_flag(f), dest=f.name, **kwargs)
+        target.get(f.name, parser).add_argument(_flag(f), dest=f.name, **kwargs)
 
 
 def _optional(tp) -> bool:
@@ -389,6 +392,22 @@ def default_max_local_lr(loss: str, lr: float) -> float:
 @dataclass(frozen=True)
 class TrainConfig:
     """``python -m mpidwe.train``: SGNS / CBOW on every rank's shard, combined over MPI."""
+
+    # the sections of --help, in order (tests/test_config.py: every field is in one)
+    HELP_GROUPS: typing.ClassVar[dict] = {
+        "data": ("corpus", "out", "segments", "verify_corpus", "block_tokens", "follow", "follow_poll",
+                 "follow_settle", "follow_exit_idle"),
+        "model": ("model", "dim", "window", "negative", "loss", "sample", "lr", "min_lr_ratio", "epochs",
+                  "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
+        "compute": ("device", "kernel", "threads", "batch_size"),
+        "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "balance", "allreduce", "store",
+                                     "pipeline"),
+        "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
+                                                         "keep_checkpoints", "resume", "force",
+                                                         "guard_loss_ratio", "guard_max_abs"),
+        "evaluation": ("eval_every", "eval_sim", "eval_analogy", "eval_pip", "eval_restrict_vocab"),
+        "logging and output": ("progress", "log_seconds", "log_every", "export"),
+    }
 
     corpus: str | None = opt(None, "HDF5 corpus from mpidwe.preprocess; none: the demo corpus "
                              "(generated and preprocessed under demo/ if missing)")
