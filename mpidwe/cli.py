@@ -26,7 +26,8 @@ COMMANDS = {
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: mpidwe COMMAND [ARGS]   (the same as python -m mpidwe.COMMAND [ARGS])", "", "commands:"]
+    lines = ["usage: mpidwe COMMAND [ARGS]   (the same as python -m mpidwe COMMAND [ARGS] and "
+             "python -m mpidwe.COMMAND [ARGS])", "", "commands:"]
     lines += [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
     lines += ["", "mpidwe COMMAND --help shows a command's options; mpidwe --version its version."]
     return "\n".join(lines)

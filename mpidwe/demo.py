@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+from .core.prog import prog
 from .io.corpus import Corpus
 
 
@@ -42,7 +43,7 @@ def step(title: str, cmd: list[str]) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpidwe.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog("demo"), description=__doc__.splitlines()[0])
     p.add_argument("--dir", default="demo", help="where the demo's files go (default: demo)")
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks (default: 2)")
     p.add_argument("--tokens", type=int, default=3_000_000, help="demo corpus size in tokens")

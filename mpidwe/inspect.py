@@ -49,10 +49,11 @@ import numpy as np
 from .api import MATRICES, WordVectors, load
 from .core.charmodel import CharModelOptions
 from .core.errors import ConfigError, InputError, MpidweError
+from .core.prog import prog
 from .io.fsutil import atomic_path
 from .io.vectors import nonfinite_rows
 
-PROG = "python -m mpidwe.inspect"
+PROG = prog("inspect")
 STDIN = "-"
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from .version import __version__
 from .core.config import SynthConfig, parse_command, resolve_path, to_dict
 from .core.errors import InputError, MpidweError
+from .core.prog import prog
 from .io.fsutil import atomic_write, fsync_dir  # noqa: F401 (atomic_write is part of this module's API)
 
 FORMAT = "mpidwe-synth"
@@ -440,7 +441,7 @@ def write_demo(cfg: SynthConfig) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = parse_command(SynthConfig, argv, prog="python -m mpidwe.synth",
+        cfg = parse_command(SynthConfig, argv, prog=prog("synth"),
                             description="Write a synthetic corpus with planted topic clusters "
                                         "and analogies, and its answer key.")
         start = time.perf_counter()

@@ -162,3 +162,36 @@ def test_train_command_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1 and "--window must be an integer, got 2.5 (float)" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_repeated_list_flag_adds_to_the_list(tmp_path):
+    """--eval-analogy a --eval-analogy b evaluates both (it kept only b); the same file twice
+    is refused, and a flag still replaces the --config file's list."""
+    cfg = parse_command(TrainConfig, ["--eval-analogy", "a.txt", "--eval-sim", "s.tsv", "--eval-analogy", "b.txt",
+                                      "c.txt"], prog="t", description="", config_file_flag=True)
+    assert cfg.eval_analogy == ("a.txt", "b.txt", "c.txt") and cfg.eval_sim == ("s.tsv",)
+    cfg, _ = parse_toml(tmp_path, 'eval-analogy = ["f.txt"]\n', "--eval-analogy", "a.txt", "--eval-analogy", "b.txt")
+    assert cfg.eval_analogy == ("a.txt", "b.txt")
+    from mpidwe.evaluate.config import EvaluateConfig
+    e = parse_command(EvaluateConfig, ["v.txt", "--analogy", "a.txt", "--analogy", "b.txt"], prog="e", description="")
+    assert e.analogy == ("a.txt", "b.txt") and e.similarity == ()
+    with pytest.raises(ConfigError, match=r"--eval-analogy names d/a.txt more than once"):
+        parse_command(TrainConfig, ["--eval-analogy", "d/a.txt", "--eval-analogy", "d/./a.txt"], prog="t",
+                      description="", config_file_flag=True)
+
+
+def test_train_help_is_grouped_by_topic():
+    """244 ungrouped lines before: now sections, each flag under its own, every field in one."""
+    import re
+
+    groups = TrainConfig.HELP_GROUPS
+    named = [n for names in groups.values() for n in names]
+    assert sorted(named) == sorted(f.name for f in dataclasses.fields(TrainConfig)) and len(set(named)) == len(named)
+    out = run_py(["-m", "mpidwe.train", "--help"]).stdout
+    titles = [t for t in re.findall(r"^(\S[^\n]*):$", out, re.M) if t in groups]
+    assert titles == list(groups)
+    for title, names in groups.items():
+        start = out.index(f"\n{title}:\n")
+        section = out[start:out.find("\n\n", start + 2)]
+        for name in names:
+            assert f"  --{name.replace('_', '-')}" in section, (title, name)

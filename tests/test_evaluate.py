@@ -126,3 +126,23 @@ def test_analogy_file_not_utf8(tmp_path):
     f.write_bytes(bytes(range(256)) * 4)  # a binary file
     with pytest.raises(InputError, match=r"q.txt:\d+: not UTF-8 text"):
         read_analogies(str(f))
+
+
+def test_evaluation_keys_tell_files_of_the_same_name_apart(tmp_path):
+    """Two analogy files named alike in different folders get two metrics keys (the second
+    overwrote the first); a name that is unique stays the base name."""
+    from mpidwe.core.config import TrainConfig
+    from mpidwe.evaluate.suite import Evaluator
+
+    vecs, index = planted_embeddings()
+    words = sorted(index, key=index.get)
+    for folder, text in (("en", ": capital-common-countries\nfrance paris italy rome\n"),
+                         ("de", ": capital-common-countries\nfrance paris italy nowhere\nfrance paris spain madrid\n")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "q.txt").write_text(text)
+    (tmp_path / "sim.tsv").write_text("france italy 5\nparis rome 6\nperu lima 9\n")
+    cfg = TrainConfig(eval_analogy=(str(tmp_path / "en" / "q.txt"), str(tmp_path / "de" / "q.txt")),
+                      eval_sim=(str(tmp_path / "sim.tsv"),))
+    out = Evaluator(cfg, words)(vecs)
+    assert set(out) == {"analogy:en/q.txt", "analogy:de/q.txt", "sim:sim.tsv"}
+    assert out["analogy:en/q.txt"] == 1.0 and out["analogy:de/q.txt"] == 1.0

@@ -302,3 +302,19 @@ def test_a_changed_corpus_is_refused_before_training(demo, tmp_path):
         assert not (tmp_path / "t" / "metrics.jsonl").exists()
     Corpus(str(demo / "corpus.h5")).verify()                   # the real one passes
     train(cfg(demo, tmp_path / "u", corpus=str(bad), verify_corpus=False, epochs=1), Comm.serial(), log=None)
+
+
+def test_the_first_log_line_is_a_short_summary_and_config_json_keeps_everything(demo, tmp_path):
+    """It was the whole configuration as one 1,400-character JSON line."""
+    lines = []
+    train(TrainConfig(corpus=str(demo / "corpus.h5"), out=str(tmp_path / "run"), dim=24, epochs=1, threads=1,
+                      window=3, progress=False), Comm.serial(), log=lines.append)
+    first = next(ln for ln in lines if ln.startswith("python -m mpidwe.train "))
+    assert len(first) < 400 and "{" not in first, first
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    for part in ("skipgram, dim 24, window 3, negative 5, 1 epoch(s) of ", f"(vocabulary {config['vocab_size']:,})",
+                 "1 rank(s) x 1 thread(s), numba on cpu, sync sparse every ",
+                 f"every setting: {tmp_path / 'run' / 'config.json'}"):
+        assert part in first, first
+    assert config["dim"] == 24 and config["window"] == 3 and len(json.dumps(config)) > 1000
+    assert not [ln for ln in lines if ln.startswith("evaluation")]     # nothing to evaluate: no line

