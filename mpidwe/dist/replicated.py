@@ -11,6 +11,7 @@ Rank 0 writes the checkpoints and the vectors from its copy.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -78,10 +79,14 @@ class Synchronizer:
     """Keeps ``base`` copies of the parameters and combines ranks at every ``sync``."""
 
     def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse", scale: int = 1,
-                 allreduce: str = "mpi", wire: str = "fp32"):
+                 allreduce: str = "mpi", wire: str = "fp32", threads: int = 1):
         if mode not in MODES:
             raise ValueError(f"unknown sync mode {mode!r}")
         self.comm, self.mode, self.scale, self.allreduce, self.wire = comm, mode, int(scale), allreduce, wire
+        # the array work by row ranges on the rank's threads (the compiled loops release
+        # the GIL); every row is computed as on one thread, so the result is the same
+        self.threads = int(threads)
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sync") if self.threads > 1 else None
         self.base = [p.copy() for p in params] if comm.size > 1 else []
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
@@ -122,15 +127,17 @@ class Synchronizer:
         send_rows[:len(rows)] = rows
         send_values = np.empty((longest, param.shape[1]), dtype=param.dtype)
         send_values[len(rows):] = 0                 # padding: never read, but sent
-        _gather_delta(param, base, rows, send_values)
+        self._by_rows(len(rows), lambda a, b: _gather_delta(param, base, rows[a:b], send_values[a:b]))
         all_rows = self.comm.allgather_array(send_rows)
         all_values = self.comm.allgather_array(send_values)
         self.changed_rows.append(np.unique(np.concatenate([all_rows[r, :counts[r]] for r in range(len(counts))])))
-        return _apply_rows(base, param, all_rows, all_values, counts, self.scale, self._senders)
+        return max(self._by_rows(len(param), lambda a, b: _apply_rows(
+            base, param, all_rows, all_values, counts, self.scale, self._senders, a, b)))
 
     def _dense(self, param, base, mask, lo: int, hi: int) -> float:
         param, base = param[lo:hi], base[lo:hi]
-        delta = np.subtract(param, base)
+        delta = np.empty_like(param)
+        self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
         if self.wire == "fp32":
             self.comm.allreduce_(delta, self.allreduce)
             counts = mask[lo:hi].astype(np.int32)
@@ -140,7 +147,16 @@ class Synchronizer:
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
         self.changed_rows.append(np.flatnonzero(counts) + lo)
-        return _apply_dense(base, param, delta, divisors, counts)
+        return max(self._by_rows(len(param), lambda a, b: _apply_dense(
+            base[a:b], param[a:b], delta[a:b], divisors[a:b], counts[a:b])))
+
+    def _by_rows(self, n: int, work) -> list:
+        """``work(a, b)`` over [0, n), in one piece or one row range per thread; the results
+        in order."""
+        if self._pool is None or n < 1024 * self.threads:
+            return [work(0, n)]
+        bounds = np.linspace(0, n, self.threads + 1).astype(np.int64)
+        return list(self._pool.map(lambda t: work(int(bounds[t]), int(bounds[t + 1])), range(self.threads)))
 
 
 class Tiers:
@@ -190,7 +206,7 @@ class ReplicatedStore(Store):
         # --subwords: the input matrix has a row per n-gram bucket after the words
         self.touched = (np.zeros(len(w_in), dtype=np.uint8), np.zeros(len(w_out), dtype=np.uint8))
         self.syncer = Synchronizer(comm, [w_in, w_out], mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
-                                   wire=cfg.wire)
+                                   wire=cfg.wire, threads=setup.threads)
         self.stats = self.syncer.stats
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, cfg.sync_hot, cfg.sync_full,
                            [False, cfg.loss == "hs"]) if comm.size > 1 and cfg.sync_full > 1 else None

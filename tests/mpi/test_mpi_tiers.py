@@ -86,3 +86,25 @@ def test_training_in_tiers_leaves_the_ranks_identical_and_sends_less(demo, job_t
             last, base = tiered.metrics[-1], plain.metrics[-1]
             assert sum(last["sync_bytes"]) < 0.5 * sum(base["sync_bytes"]), (sync, last["sync_bytes"])
             assert last["loss"] < tiered.metrics[0]["loss"]
+
+
+@pytest.mark.parallel([2, 3])
+@pytest.mark.parametrize("mode,wire_name", [("sparse", "fp32"), ("dense", "fp32"), ("dense", "int8")])
+def test_the_array_work_on_several_threads_gives_the_same_bits(mode, wire_name):
+    """Row ranges per thread: each row is computed as on one thread, in rank order."""
+    comm = Comm.world()
+    n = 5000                                   # enough rows for every thread to get a range
+    rng = np.random.default_rng(50 + comm.rank)
+    start = np.random.default_rng(1).standard_normal((n, D)).astype(np.float32)
+    delta = rng.standard_normal((n, D)).astype(np.float32)
+    mask = (rng.random(n) < 0.3).astype(np.uint8)
+    delta[mask == 0] = 0
+    got = {}
+    for threads in (1, 3):
+        param = start.copy()
+        s = Synchronizer(comm, [param], mode=mode, scale=2, wire=wire_name, threads=threads)
+        param += delta
+        biggest = s.sync([param], [mask.copy()])
+        got[threads] = (param.tobytes(), biggest, s.changed_rows[0].tobytes())
+    assert got[1] == got[3]
+    assert len(set(comm.allgather(got[3][0]))) == 1
