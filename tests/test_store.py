@@ -147,7 +147,7 @@ def test_owners_rule_equals_the_replicated_sparse_sync():
         all_rows[k, :len(r)], all_values[k, :len(r)] = r, d
     rep_base, rep_param = base.copy(), base.copy()
     big_rep = _apply_rows(rep_base, rep_param, all_rows, all_values, np.array([len(r) for r in rows]), scale,
-                          np.zeros(vocab, np.int32))
+                          np.zeros(vocab, np.int32), 0, vocab)
     biggest = 0.0
     for owner in range(world):
         own = base[owner::world].copy()

@@ -48,7 +48,7 @@ def test_apply_rows_matches_a_dense_reference():
     counts = np.array([len(b) for b in blocks], np.int64)
     got, param = base.copy(), np.zeros_like(base)
     senders = np.zeros(v, np.int32)
-    biggest = _apply_rows(got, param, rows, vals, counts, scale, senders)
+    biggest = _apply_rows(got, param, rows, vals, counts, scale, senders, 0, v)
     assert not senders.any()                  # the scratch is left clean for the next sync
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     union = np.unique(np.concatenate(blocks))

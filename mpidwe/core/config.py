@@ -451,6 +451,9 @@ class TrainConfig:
                               "moves: docs/sync-modes.md)")
     wire: str = opt("fp32", "--sync dense: how changed rows travel: fp32, bf16 (16 bits) or int8 (a scale per "
                     "row and 8 bits per value; docs/sync-modes.md)", choices=["fp32", "bf16", "int8"])
+    overlap: bool = opt(False, "several ranks, replicated store, numba kernel: a round's exchange runs in a second "
+                        "thread on its own communicator while the next round trains, and lands at the end of that "
+                        "round (one round late; deterministic for a given number of ranks; docs/sync-modes.md)")
     sync_hot: int = opt(1024, "--sync-full > 1: rows of each matrix, most frequent first, combined at every "
                         "sync (docs/sync-modes.md, \"Tiers\")")
     sync_full: int = opt(1, "every this many syncs all rows are combined; between, a sync combines the "
@@ -548,6 +551,9 @@ class TrainConfig:
                f"--sync-full must be a power of 2, got {self.sync_full}")
         _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
         _check(self.wire == "fp32" or self.sync == "dense", "--wire bf16 or int8 encodes the rows of --sync dense")
+        _check(not self.overlap or (self.store == "replicated" and self.kernel != "torch" and self.device != "cuda"),
+               "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
+               "which has --pipeline, nor --kernel torch)")
         _check(self.sync_full == 1 or (self.store == "replicated" and self.kernel != "torch"
                                        and self.device != "cuda" and self.sync != "average"),
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "

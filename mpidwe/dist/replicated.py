@@ -11,6 +11,7 @@ Rank 0 writes the checkpoints and the vectors from its copy.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -78,10 +79,14 @@ class Synchronizer:
     """Keeps ``base`` copies of the parameters and combines ranks at every ``sync``."""
 
     def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse", scale: int = 1,
-                 allreduce: str = "mpi", wire: str = "fp32"):
+                 allreduce: str = "mpi", wire: str = "fp32", threads: int = 1):
         if mode not in MODES:
             raise ValueError(f"unknown sync mode {mode!r}")
         self.comm, self.mode, self.scale, self.allreduce, self.wire = comm, mode, int(scale), allreduce, wire
+        # the array work by row ranges on the rank's threads (the compiled loops release
+        # the GIL); every row is computed as on one thread, so the result is the same
+        self.threads = int(threads)
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sync") if self.threads > 1 else None
         self.base = [p.copy() for p in params] if comm.size > 1 else []
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
@@ -122,15 +127,17 @@ class Synchronizer:
         send_rows[:len(rows)] = rows
         send_values = np.empty((longest, param.shape[1]), dtype=param.dtype)
         send_values[len(rows):] = 0                 # padding: never read, but sent
-        _gather_delta(param, base, rows, send_values)
+        self._by_rows(len(rows), lambda a, b: _gather_delta(param, base, rows[a:b], send_values[a:b]))
         all_rows = self.comm.allgather_array(send_rows)
         all_values = self.comm.allgather_array(send_values)
         self.changed_rows.append(np.unique(np.concatenate([all_rows[r, :counts[r]] for r in range(len(counts))])))
-        return _apply_rows(base, param, all_rows, all_values, counts, self.scale, self._senders)
+        return max(self._by_rows(len(param), lambda a, b: _apply_rows(
+            base, param, all_rows, all_values, counts, self.scale, self._senders, a, b)))
 
     def _dense(self, param, base, mask, lo: int, hi: int) -> float:
         param, base = param[lo:hi], base[lo:hi]
-        delta = np.subtract(param, base)
+        delta = np.empty_like(param)
+        self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
         if self.wire == "fp32":
             self.comm.allreduce_(delta, self.allreduce)
             counts = mask[lo:hi].astype(np.int32)
@@ -140,7 +147,16 @@ class Synchronizer:
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
         self.changed_rows.append(np.flatnonzero(counts) + lo)
-        return _apply_dense(base, param, delta, divisors, counts)
+        return max(self._by_rows(len(param), lambda a, b: _apply_dense(
+            base[a:b], param[a:b], delta[a:b], divisors[a:b], counts[a:b])))
+
+    def _by_rows(self, n: int, work) -> list:
+        """``work(a, b)`` over [0, n), in one piece or one row range per thread; the results
+        in order."""
+        if self._pool is None or n < 1024 * self.threads:
+            return [work(0, n)]
+        bounds = np.linspace(0, n, self.threads + 1).astype(np.int64)
+        return list(self._pool.map(lambda t: work(int(bounds[t]), int(bounds[t + 1])), range(self.threads)))
 
 
 class Tiers:
@@ -174,6 +190,54 @@ class Tiers:
         return [(rows - n, rows) if last else (0, n) for rows, last in zip(self.rows, self.hot_last)]
 
 
+class Exchange:
+    """``--overlap``: a round's sync runs in a second thread, on a second communicator,
+    while the next round trains. At the end of round k the parameters are copied
+    (``snap``) and a working copy is synchronised in the thread (the base moves as in a
+    blocking sync); at the end of round k+1 the result lands: ``param = work + (param - snap)``, the
+    ranks' combined change of round k on top of this rank's own change of round k+1. Which
+    numbers are computed depends only on the rounds, never on timing, so a run is
+    deterministic for a given P; every rank launches and lands the same exchanges in the
+    same order."""
+
+    def __init__(self, comm: Comm):
+        self.comm = comm.dup()
+        if not self.comm.thread_multiple:
+            self.comm.free()
+            raise InputError("--overlap needs an MPI library with MPI_THREAD_MULTIPLE (MPICH and Open MPI "
+                             "have it); run without --overlap")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="exchange")
+        self._inflight = None
+
+    def launch(self, syncer: Synchronizer, params, touched, spans) -> None:
+        snap = [p.copy() for p in params]
+        work = [p.copy() for p in snap]
+        masks = [t.copy() for t in touched]
+        for i, t in enumerate(touched):      # this sync takes these flags; rows outside a span keep theirs
+            lo, hi = (0, len(t)) if spans is None else spans[i]
+            t[lo:hi] = 0
+        self._inflight = (self._pool.submit(syncer.sync, work, masks, spans), snap, work)
+
+    def land(self, params) -> float:
+        """Wait for the exchange in flight and apply it; its largest |value| (0.0: none)."""
+        if self._inflight is None:
+            return 0.0
+        future, snap, work = self._inflight
+        self._inflight = None
+        biggest = future.result()             # an error in the thread is raised here
+        for p, s, w in zip(params, snap, work):
+            np.subtract(p, s, out=s)       # this rank's change since the launch: exactly 0 where none
+            np.add(w, s, out=p)            # so an untouched row is the combined value, bit for bit
+        return biggest
+
+    def close(self) -> None:
+        if self._inflight is not None:
+            self._inflight[0].result()
+            self._inflight = None
+        self._pool.shutdown()
+        self.comm.free()
+
+
 # ------------------------------------------------------------------ the store
 class ReplicatedStore(Store):
     """Both matrices on every rank, trained in place by the numba kernel and combined by
@@ -189,8 +253,11 @@ class ReplicatedStore(Store):
         self.comm, self.params = comm, (w_in, w_out)
         # --subwords: the input matrix has a row per n-gram bucket after the words
         self.touched = (np.zeros(len(w_in), dtype=np.uint8), np.zeros(len(w_out), dtype=np.uint8))
-        self.syncer = Synchronizer(comm, [w_in, w_out], mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
-                                   wire=cfg.wire)
+        # --overlap: every exchange on a second communicator, from a second thread
+        self.exchange = Exchange(comm) if cfg.overlap and comm.size > 1 else None
+        self.syncer = Synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
+                                   mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce, wire=cfg.wire,
+                                   threads=setup.threads)
         self.stats = self.syncer.stats
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, cfg.sync_hot, cfg.sync_full,
                            [False, cfg.loss == "hs"]) if comm.size > 1 and cfg.sync_full > 1 else None
@@ -206,15 +273,31 @@ class ReplicatedStore(Store):
 
     def sync(self, rnd: int) -> float:
         spans = None if self.tiers is None else self.tiers.spans(rnd + 1)
-        self.pending = spans is not None
-        return self.syncer.sync(list(self.params), list(self.touched), spans)
+        if self.exchange is None:
+            self.pending = spans is not None
+            return self.syncer.sync(list(self.params), list(self.touched), spans)
+        biggest = self.exchange.land(self.params)          # round rnd - 1's, one round late
+        self.pending = True
+        self.exchange.launch(self.syncer, self.params, self.touched, spans)
+        return biggest
 
     def flush(self) -> None:
-        """Combine the changes the tiers left waiting, so that every rank holds the same rows
-        (before an evaluation, a checkpoint or the export)."""
+        """Combine every change still waiting (the tiers', an exchange in flight), so that
+        every rank holds the same rows (before an evaluation, a checkpoint or the export)."""
+        if self.exchange is not None:
+            self.exchange.land(self.params)
         if self.pending:
             self.syncer.sync(list(self.params), list(self.touched))
             self.pending = False
+
+    def extra_comm_bytes(self) -> int:
+        return 0 if self.exchange is None else self.exchange.comm.stats.bytes_sent
+
+    def close(self) -> None:
+        if self.exchange is not None:
+            self.flush()                 # (a no-op after the final checkpoint's flush)
+            self.exchange.close()
+            self.exchange = None
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
         self.flush()

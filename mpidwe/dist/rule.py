@@ -96,19 +96,22 @@ def _store(base, param, row, k, v, biggest):
 
 
 @njit(cache=True, nogil=True)
-def _apply_rows(base, param, rows, values, counts, scale, senders):
+def _apply_rows(base, param, rows, values, counts, scale, senders, lo, hi):
     """Add every rank's changed rows to ``base`` (rank r sent ``rows[r, :counts[r]]`` and
     ``values[r, :counts[r]]``; blocks are padded to the longest), each divided by
     max(scale, ranks that sent it / OVERSHOOT), and copy the new rows into ``param``. Every rank
     adds the same terms in the same order, so all end bit-identical. ``senders`` is an int32
-    [V] scratch that is all zero on entry and on return. Returns the largest |value|
-    written (inf for NaN), for the divergence guard."""
+    [V] scratch that is all zero on entry and on return. Only rows in [lo, hi) are handled,
+    so that threads may share the work by row ranges (each row's sum keeps its rank order).
+    Returns the largest |value| written (inf for NaN), for the divergence guard."""
     dim = base.shape[1]
     # the local values of the rows are no longer needed (their changes were sent): param
     # holds each row's sum of changes, in rank order, until it gets the new value
     for r in range(rows.shape[0]):
         for i in range(counts[r]):
             row = rows[r, i]
+            if row < lo or row >= hi:
+                continue
             if senders[row] == 0:
                 for k in range(dim):
                     param[row, k] = values[r, i, k]
@@ -120,7 +123,7 @@ def _apply_rows(base, param, rows, values, counts, scale, senders):
     for r in range(rows.shape[0]):
         for i in range(counts[r]):
             row = rows[r, i]
-            if senders[row] == 0:       # written already (another rank sent it too)
+            if row < lo or row >= hi or senders[row] == 0:   # not ours, or written already
                 continue
             div = np.float32(max(scale, senders[row] / OVERSHOOT))
             senders[row] = 0

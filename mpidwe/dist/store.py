@@ -60,6 +60,7 @@ class StoreSetup:
     scale: int                     # every rank trains at scale x --lr (dist/rule.py)
     device: str                    # where a device store keeps the parameters ("cpu", "cuda:N")
     vocab_size: int
+    threads: int = 1               # the rank's threads (the kernel's, and the sync's array work)
 
 
 @dataclass

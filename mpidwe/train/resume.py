@@ -51,7 +51,7 @@ RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3
 RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + (
     "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
-    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire")
+    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "overlap")
 
 
 def adopt_checkpoint_settings(cfg: TrainConfig, given, comm: Comm, log) -> TrainConfig:

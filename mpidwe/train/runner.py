@@ -135,7 +135,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest)
             state = fresh_state(cfg, plan, comm, kind, corpus.n_words)
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
-        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words)
+        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads)
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         comm.barrier()    # the old marker is gone before any watcher starts
