@@ -403,8 +403,8 @@ class TrainConfig:
         "model": ("model", "dim", "window", "negative", "loss", "sample", "lr", "min_lr_ratio", "epochs",
                   "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
         "compute": ("device", "kernel", "threads", "batch_size"),
-        "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "balance", "allreduce", "store",
-                                     "pipeline"),
+        "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "wire", "overlap", "sync_hot",
+                                     "sync_full", "balance", "allreduce", "store", "pipeline"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
                                                          "keep_checkpoints", "resume", "force",
                                                          "guard_loss_ratio", "guard_max_abs"),
@@ -451,9 +451,8 @@ class TrainConfig:
                               "moves: docs/sync-modes.md)")
     wire: str = opt("fp32", "--sync dense: how changed rows travel: fp32, bf16 (16 bits) or int8 (a scale per "
                     "row and 8 bits per value; docs/sync-modes.md)", choices=["fp32", "bf16", "int8"])
-    overlap: bool = opt(False, "several ranks, replicated store, numba kernel: a round's exchange runs in a second "
-                        "thread on its own communicator while the next round trains, and lands at the end of that "
-                        "round (one round late; deterministic for a given number of ranks; docs/sync-modes.md)")
+    overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
+                        "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(1024, "--sync-full > 1: rows of each matrix, most frequent first, combined at every "
                         "sync (docs/sync-modes.md, \"Tiers\")")
     sync_full: int = opt(1, "every this many syncs all rows are combined; between, a sync combines the "
