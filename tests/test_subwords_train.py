@@ -114,10 +114,12 @@ def test_subword_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks,
     run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(part), "--sync", sync, *FLAGS,
                     "--resume", "auto"], timeout=400)
     assert digest(part) == digest(full)
-    # a subword checkpoint does not continue without subwords, or with other buckets
-    for drop, msg in [(["--subwords"], "--subwords is False but the checkpoint has True"),
-                      (["--buckets", "5000"], "--buckets is 2000000 but the checkpoint has 5000")]:
-        flags = [f for f in FLAGS if f not in drop]
+    # a subword checkpoint does not continue without subwords, or with other buckets, when
+    # they are asked for (left out, both are taken from the checkpoint)
+    for drop, add, msg in [(["--subwords"], ["--no-subwords"], "--subwords is False but the checkpoint has True"),
+                           (["--buckets", "5000"], ["--buckets", "7000"],
+                            "--buckets is 7000 but the checkpoint has 5000")]:
+        flags = [f for f in FLAGS if f not in drop] + add
         proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(tmp_path / "x"), *flags,
                                "--sync", sync, "--resume", mid.path], check=False, timeout=60)
         lines = error_lines(proc.stderr)

@@ -225,8 +225,8 @@ def test_no_bar_without_a_terminal(tmp_path):
 def test_batch_log_gets_timestamped_lines_and_metrics_get_wall_time(corpus, tmp_path):
     run = tmp_path / "run"
     proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(run), "--dim", "16",
-                       "--threads", "1", "--epochs", "3", "--sync-every", "5000", "--log-seconds", "0.2"],
-                   timeout=180)
+                       "--threads", "1", "--epochs", "8", "--sync-every", "5000", "--log-seconds", "0.1"],
+                   timeout=180)   # long enough after the first round (which may compile and logs no rate)
     lines = [ln for ln in proc.stderr.splitlines() if "mpidwe.train:" in ln]
     assert lines and all(LINE.match(ln) for ln in lines), proc.stderr
     assert all("slowest rank" in ln for ln in lines)
