@@ -34,7 +34,7 @@ def read_checkpoint(path: str, warn=None, params: bool = True):
 
     if not os.path.isdir(path):
         return checkpoint.load(path, params=params)
-    sub = os.path.join(path, "checkpoints")
+    sub = checkpoint.run_checkpoints(path)
     ckdir = sub if os.path.isdir(sub) else path
     if not checkpoint.list_checkpoints(ckdir):
         raise InputError(f"no checkpoint in {ckdir}")

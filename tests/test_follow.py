@@ -10,8 +10,10 @@ import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
+import mpidwe
 from mpidwe.io import checkpoint
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import PreprocessConfig
@@ -107,6 +109,15 @@ def test_follow_picks_up_dropped_files_and_a_restart_does_not_train_them_again(s
     assert proc.stdout.count("appending") == 1 and "inbox/c.txt" in proc.stdout
     with Corpus(str(corpus)) as c:
         assert len(c.segments) == 4
+    # one live model: RUN_DIR reads as the newest step, for the API, inspect and its vectors file
+    newest = out / "steps" / "0003"
+    assert os.readlink(out / "current") == os.path.join("steps", "0003")
+    assert (out / "vectors.txt").read_bytes() == (newest / "vectors.txt").read_bytes()
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(newest / "checkpoints"))[-1])
+    live = mpidwe.load(str(out))
+    assert np.array_equal(live.vectors, ck.w_in) and live.index_to_key == ck.words
+    summary = run_py(["-m", "mpidwe.inspect", str(out), "summary"])
+    assert summary.returncode == 0 and "ckpt-" in summary.stdout, summary.stderr
 
 
 def test_a_crash_after_the_append_does_not_append_again(setup, tmp_path):

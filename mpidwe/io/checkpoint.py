@@ -369,6 +369,18 @@ def remove_stale_parts(directory: str, orphans: bool = False) -> list[str]:
     return gone
 
 
+LIVE = "current"      # a --follow run directory's link to its newest trained step (train/follow.py)
+
+
+def run_checkpoints(path: str) -> str:
+    """The checkpoints folder of run directory ``path``: its own ``checkpoints``, or, for a
+    ``--follow`` run (which trains in ``steps/NNNN`` and has none of its own), that of the
+    step its ``current`` link names: the live model."""
+    own = os.path.join(path, "checkpoints")
+    live = os.path.join(path, LIVE, "checkpoints")
+    return live if not os.path.isdir(own) and os.path.isdir(live) else own
+
+
 def list_checkpoints(directory: str) -> list[str]:
     """Checkpoint files in ``directory``, oldest first (by round in the name)."""
     paths = [p for p in glob.glob(os.path.join(directory, "ckpt-*.h5")) if NAME_RE.match(os.path.basename(p))]

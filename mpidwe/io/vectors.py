@@ -265,11 +265,11 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
     import os
 
     if os.path.isdir(path):
-        from .checkpoint import latest_valid
+        from .checkpoint import latest_valid, run_checkpoints
 
-        ck = latest_valid(os.path.join(path, "checkpoints"))
+        ck = latest_valid(run_checkpoints(path))
         if ck is None:
-            raise InputError(f"no valid checkpoint in {path}/checkpoints")
+            raise InputError(f"no valid checkpoint in {run_checkpoints(path)}")
         return _usable(path, ck.words, ck.w_in)
     try:
         with open(path, "rb") as fh:

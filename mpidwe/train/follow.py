@@ -3,7 +3,9 @@
 Rank 0 watches DIR; every new text file is appended to the corpus as a new segment
 (``preprocess --append``, on every rank) and the model is trained on it, warm-started from
 the previous step (``--init-from``, ``--segments new``). Each step is an ordinary run
-directory, RUN_DIR/steps/NNNN, ending with a checkpoint and vectors.txt. Without
+directory, RUN_DIR/steps/NNNN, ending with a checkpoint and vectors.txt; after each step
+RUN_DIR/current links to it and RUN_DIR/vectors.txt is its vectors (:func:`publish`), so
+RUN_DIR reads as one live model. Without
 ``--init-from``, step 0 first trains on the corpus as it is.
 
 RUN_DIR/follow.json (written atomically) records every file taken, with its size and
@@ -25,11 +27,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 
 from .. import preprocess
 from ..dist.comm import Comm
 from ..core.config import PreprocessConfig, TrainConfig
+from ..io import checkpoint
 from ..io.corpus import Corpus
 from ..core.errors import EXIT_REQUEUE, InputError
 from ..io.fsutil import DirLock, atomic_write, file_sha256
@@ -48,6 +52,29 @@ TICK_S = 0.1      # how often a waiting rank looks at its stop flag
 
 def step_dir(out: str, step: int) -> str:
     return os.path.join(out, STEPS, f"{step:04d}")
+
+
+def publish(out: str, run: str) -> None:
+    """Rank 0: the live model of RUN_DIR is the step ``run``: ``RUN_DIR/current`` links to it
+    (what ``mpidwe.load``, inspect and evaluate read for RUN_DIR) and ``RUN_DIR/vectors.txt``
+    is its vectors file; each is replaced atomically, so a reader sees the old step or the
+    new one, never a mix."""
+    link = os.path.join(out, checkpoint.LIVE)
+    tmp = os.path.join(out, f".{checkpoint.LIVE}.tmp")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(os.path.relpath(run, out), tmp)
+    os.replace(tmp, link)
+    vectors = os.path.join(run, "vectors.txt")
+    if os.path.exists(vectors):
+        tmp = os.path.join(out, ".vectors.txt.tmp")
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        try:
+            os.link(vectors, tmp)          # the same bytes, no copy
+        except OSError:                    # a filesystem without hard links
+            shutil.copyfile(vectors, tmp)
+        os.replace(tmp, os.path.join(out, "vectors.txt"))
 
 
 def ready_files(folder: str, settle_s: float, now: float | None = None) -> list[tuple[str, int]]:
@@ -300,6 +327,7 @@ class Follower:
         if result.stopped:
             return True
         comm.on_root(self._mark, step["step"], state="trained", checkpoint=result.checkpoint, broadcast=False)
+        comm.on_root(publish, cfg.out, step_dir(cfg.out, step["step"]), broadcast=False)
         step.update(state="trained")
         if self.log:
             self.log(f"step {step['step']} trained ({step.get('file') or 'the corpus as it was'}): "
