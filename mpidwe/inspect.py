@@ -213,12 +213,13 @@ def nonfinite(vecs: WordVectors, words) -> list[str]:
 
 
 def _finite(vecs: WordVectors, query, ranked) -> list[tuple[str, float]]:
-    """A query's answers without the words whose vectors hold a nan or an inf (scored -inf)."""
+    """A query's answers, refused in one line when a query word's vector holds a nan or an
+    inf (WordVectors never answers with such words)."""
     bad = nonfinite(vecs, query)
     if bad:
         raise InputError(f"the vector of {', '.join(map(repr, bad))} holds nan or inf; it has no neighbours "
                          f"(those words are skipped, as python -m mpidwe.evaluate skips them)")
-    return [(w, s) for w, s in ranked() if np.isfinite(s)]
+    return ranked()
 
 
 def neighbors(vecs: WordVectors, word: str, k: int) -> list[tuple[str, float]]:

@@ -86,7 +86,8 @@ class Synchronizer:
         # the array work by row ranges on the rank's threads (the compiled loops release
         # the GIL); every row is computed as on one thread, so the result is the same
         self.threads = int(threads)
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sync") if self.threads > 1 else None
+        self._pool = (ThreadPoolExecutor(self.threads, thread_name_prefix="sync")
+                      if self.threads > 1 and comm.size > 1 else None)       # one rank: nothing to combine
         self.base = [p.copy() for p in params] if comm.size > 1 else []
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()

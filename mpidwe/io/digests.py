@@ -9,9 +9,7 @@ import hashlib
 
 import numpy as np
 
-
-def _str(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+from .formats import _text as _str
 
 
 def vocab_sha256(words: list[str]) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..version import __version__
 from ..core.errors import InputError
-from .formats import SEAL_SIZE, check_seal, check_shape, check_stored, seal
+from .formats import SEAL_SIZE, _text, check_seal, check_shape, check_stored, seal
 from .fsutil import atomic_path
 
 FORMAT = "mpidwe-sppmi-cache"
@@ -75,10 +75,6 @@ class CachedReference:
 
 def cache_path(corpus_path: str) -> str:
     return str(corpus_path) + SUFFIX
-
-
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _open_checked(path: str) -> h5py.File:
