@@ -135,7 +135,7 @@ class TrainConfig:
                   "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
         "compute": ("device", "kernel", "threads", "batch_size"),
         "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "wire", "overlap", "sync_hot",
-                                     "sync_full", "balance", "allreduce", "store", "pipeline"),
+                                     "sync_full", "balance", "allreduce", "exchange", "store", "pipeline"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
                                                          "keep_checkpoints", "resume", "force",
                                                          "guard_loss_ratio", "guard_max_abs"),
@@ -195,6 +195,9 @@ class TrainConfig:
                        choices=["off", "speed"])
     allreduce: str = opt("mpi", "all-reduce algorithm: mpi (the library's) or ring (mpidwe's own)",
                          choices=["mpi", "ring"])
+    exchange: str = opt("mpi", "--kernel torch on several ranks: how the device's rows travel between ranks: "
+                        "mpi (through host memory and MPI) or torch (device to device by torch.distributed: "
+                        "NCCL on CUDA, gloo on CPU; the same model, docs/sync-modes.md)", choices=["mpi", "torch"])
     store: str = opt("replicated", "replicated: every rank holds both full matrices; sharded: each rank owns "
                      "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
                      "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md)",
@@ -288,6 +291,10 @@ class TrainConfig:
                                        and self.device != "cuda" and self.sync != "average"),
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
                "sparse or dense")
+        _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
+                                          and self.wire == "fp32" and self.allreduce == "mpi"),
+               "--exchange torch moves the torch kernel's rows (--kernel torch, or auto on CUDA) on the "
+               "replicated store, by torch.distributed's own all-reduce in fp32 (not --wire, --allreduce ring)")
         _positive("max_local_lr", self.max_local_lr, allow_zero=True)
         if self.max_local_lr == 0:     # automatic: stored resolved, so checkpoints hold the number
             object.__setattr__(self, "max_local_lr", default_max_local_lr(self.loss, self.lr))

@@ -7,10 +7,16 @@ checkpoints, evaluation and export read them. What crosses between host and devi
   the rows a round touched) is computed on the device and read as one number per round;
   :meth:`DeviceStore.host` copies the parameters down only when a checkpoint, an evaluation
   or the export needs them.
-* several ranks, ``--sync sparse``: the rows this rank touched go down (gathered on the
-  device), the replicated store's :class:`~mpidwe.dist.replicated.Synchronizer` combines the
-  ranks on the host by its one rule, and the rows any rank touched go back up.
-  ``dense``/``average`` move the whole matrices, as their all-reduce does anyway.
+* several ranks, ``--exchange mpi`` (the default), ``--sync sparse``: the rows this rank
+  touched go down (gathered on the device), the replicated store's
+  :class:`~mpidwe.dist.replicated.Synchronizer` combines the ranks on the host by its one
+  rule, and the rows any rank touched go back up. ``dense``/``average`` move the whole
+  matrices, as their all-reduce does anyway.
+* several ranks, ``--exchange torch``: nothing. :class:`DeviceExchange` keeps the base copy
+  on the device, sends the touched rows (or the whole matrices) device to device over a
+  torch.distributed group (dist/torchdist.py: NCCL on CUDA, gloo on CPU) and applies the same
+  rule in torch ops; the host reads a few numbers per sync (the ranks' row counts, the
+  guard's probe).
 
 Imports torch; only a run with ``--kernel torch`` builds this store.
 """
@@ -28,7 +34,94 @@ from ..kernels import torch_hs, torch_kernel
 from ..kernels.args import KernelArgs
 from .comm import Comm
 from .replicated import Synchronizer, fresh_params, read_params, save_on_root, write_on_root
-from .store import Store, StoreSetup, Trained, Work, train_pieces
+from .rule import MODES, OVERSHOOT
+from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
+
+
+def _largest(values: torch.Tensor) -> float:
+    """Largest |value| (inf if any is NaN), read as one number: the divergence guard's probe."""
+    if values.numel() == 0:
+        return 0.0
+    biggest = float(values.abs().amax())
+    return biggest if biggest == biggest else float("inf")
+
+
+class DeviceExchange:
+    """``--exchange torch``: :class:`~mpidwe.dist.replicated.Synchronizer`'s rule on the
+    device. The same float32 operations in the same order, so the same model:
+
+    * ``sparse``: each rank's touched rows and their changes from ``base`` are gathered
+      (padded to the longest, as the MPI path does); a row's changes are summed in rank
+      order, starting from -0.0 (the float identity, so ``-0.0 + v0`` is ``v0`` bit for bit,
+      as the numba rule's copy is), divided by ``max(scale, n / 2)`` and added to ``base``:
+      bit-identical to the MPI exchange. One ``index_add_`` per rank, whose rows are unique,
+      so no two updates of a row race (CUDA's atomics would sum in any order).
+    * ``dense``/``average``: one all-reduce of the changes and one of the touch counts; the
+      backend's ring sums in its own order, so the model is the MPI exchange's bit for bit at
+      2 ranks (two terms commute) and to float32 rounding beyond, where MPI's own order is
+      the library's too.
+    """
+
+    def __init__(self, group, params, mode: str, scale: int):
+        if mode not in MODES:
+            raise ValueError(f"unknown sync mode {mode!r}")
+        self.group, self.mode, self.scale = group, mode, int(scale)
+        self.base = [p.clone() for p in params]
+        self.stats = SyncStats()
+
+    def sync(self, params, touched) -> float:
+        """Combine every rank's changes since the last sync into ``params`` (in place) and
+        clear the ``touched`` masks; a collective. The largest |value| that changed."""
+        t, c, b = time.perf_counter(), self.group.stats.seconds, self.group.stats.bytes_sent
+        step = self._sparse if self.mode == "sparse" else self._dense
+        biggest = 0.0
+        for param, base, mask in zip(params, self.base, touched):
+            biggest = max(biggest, step(param, base, mask))
+            mask.zero_()
+        s = self.stats
+        s.syncs += 1
+        s.seconds += time.perf_counter() - t
+        s.comm_seconds += self.group.stats.seconds - c
+        s.bytes_sent += self.group.stats.bytes_sent - b
+        return biggest
+
+    def _sparse(self, param, base, mask) -> float:
+        rows = torch.nonzero(mask).view(-1)
+        counts = self.group.allgather(torch.tensor([rows.numel()], dtype=torch.int64, device=param.device))
+        counts = counts.view(-1).tolist()          # P numbers: the only host read before the probe
+        longest = max(counts)
+        if longest == 0:                           # (every rank knows: none sends anything)
+            return 0.0
+        send_rows = torch.zeros(longest, dtype=torch.int32, device=param.device)
+        send_rows[:len(rows)] = rows
+        send_values = torch.zeros((longest, param.shape[1]), dtype=param.dtype, device=param.device)
+        torch.sub(param[rows], base[rows], out=send_values[:len(rows)])
+        all_rows = self.group.allgather(send_rows).long()
+        all_values = self.group.allgather(send_values)
+        sent = [all_rows[r, :n] for r, n in enumerate(counts)]
+        changed, slot = torch.unique(torch.cat(sent), sorted=True, return_inverse=True)
+        sums = torch.full((len(changed), param.shape[1]), -0.0, dtype=param.dtype, device=param.device)
+        for r, part in enumerate(torch.split(slot, counts)):
+            sums.index_add_(0, part, all_values[r, :counts[r]])       # rank order, no row twice
+        senders = torch.bincount(slot, minlength=len(changed))
+        divisor = torch.clamp(senders.to(param.dtype) / OVERSHOOT, min=float(self.scale))
+        new = base[changed] + sums / divisor[:, None]
+        base[changed] = new
+        param[changed] = new
+        return _largest(new)
+
+    def _dense(self, param, base, mask) -> float:
+        delta = param - base
+        self.group.allreduce_(delta)
+        counts = self.group.allreduce_(mask.to(torch.int32))
+        if self.mode == "average":
+            divisor = torch.full(counts.shape, float(self.group.size), dtype=param.dtype, device=param.device)
+        else:
+            divisor = torch.clamp(counts.to(param.dtype) / OVERSHOOT, min=float(self.scale))
+        hit = (counts > 0)[:, None]
+        torch.where(hit, base + delta / divisor[:, None], base, out=base)
+        torch.where(hit, base, param, out=param)          # (no rank changed the other rows)
+        return _largest(torch.where(hit, base, 0.0))
 
 
 class DeviceStore(Store):
@@ -48,9 +141,16 @@ class DeviceStore(Store):
         self.touched = tuple(torch.zeros(len(a), dtype=torch.uint8, device=self.device) for a in self.host_params)
         self.host_current = True          # the host arrays equal the device's
         self._tables = None               # (keep, table, DeviceTables): uploaded once
-        self.syncer = Synchronizer(comm, list(self.host_params), mode=cfg.sync, scale=setup.scale,
-                                   allreduce=cfg.allreduce)
-        self.stats = self.syncer.stats
+        self.syncer = self.exchange = None
+        if cfg.exchange == "torch" and comm.size > 1:      # device to device: no host copy of the base
+            from .torchdist import TorchGroup
+
+            self.exchange = DeviceExchange(TorchGroup.over(comm, setup.device), self.params, cfg.sync, setup.scale)
+            self.stats = self.exchange.stats
+        else:
+            self.syncer = Synchronizer(comm, list(self.host_params), mode=cfg.sync, scale=setup.scale,
+                                       allreduce=cfg.allreduce, wire=cfg.wire)
+            self.stats = self.syncer.stats
 
     def tables(self, keep: np.ndarray, table: np.ndarray) -> torch_kernel.DeviceTables:
         if self._tables is None or self._tables[0] is not keep or self._tables[1] is not table:
@@ -81,9 +181,11 @@ class DeviceStore(Store):
     def sync(self, rnd: int) -> float:
         """The round's sync (a collective when there are several ranks); clears the touched
         masks and returns the largest |value| of the rows that changed (inf for NaN)."""
-        syncer = self.syncer
-        if syncer.comm.size == 1:
+        if self.comm.size == 1:
             return self._probe()
+        if self.exchange is not None:      # the parameters stay on the device; the host's are stale
+            return self.exchange.sync(self.params, self.touched)
+        syncer = self.syncer
         masks = [t.cpu().numpy() for t in self.touched]
         sparse = syncer.mode == "sparse"
         for dev, host, mask in zip(self.params, self.host_params, masks):
@@ -111,6 +213,16 @@ class DeviceStore(Store):
         self.stats.syncs += 1
         self.stats.seconds += time.perf_counter() - t
         return biggest if biggest == biggest else float("inf")
+
+    def extra_comm_bytes(self) -> int:
+        return 0 if self.exchange is None else self.exchange.group.stats.bytes_sent
+
+    def settings(self) -> dict:
+        return {} if self.exchange is None else {"exchange": f"torch.distributed ({self.exchange.group.backend})"}
+
+    def close(self) -> None:
+        if self.exchange is not None:
+            self.exchange.group.close()
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
         self.host()

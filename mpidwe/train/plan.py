@@ -89,25 +89,79 @@ def _nvidia_gpus_visible() -> bool:
         return False
 
 
-def resolve_device(cfg: TrainConfig, comm: Comm) -> str:
-    """``cpu`` or ``cuda:N`` with N = node-local rank modulo the GPUs on the node."""
-    if cfg.device == "cpu" or (cfg.device == "auto" and not _nvidia_gpus_visible()):
-        return "cpu"
-    import torch
+def _torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
+
+def _import_torch(why: str):
+    torch = _torch_or_none()
+    if torch is None:
+        raise ConfigError(f"{why} needs PyTorch, which is not installed (pip install torch)")
+    return torch
+
+
+def resolve_device(cfg: TrainConfig, comm: Comm) -> tuple[str, str]:
+    """``cpu`` or ``cuda:N`` with N = node-local rank modulo the GPUs on the node, and why
+    (the run's first log line says both). ``--device cuda`` without a usable GPU is an error,
+    never a quiet fall back to the CPU."""
+    if cfg.device == "cpu":
+        return "cpu", "--device cpu"
+    if cfg.device == "auto" and not _nvidia_gpus_visible():
+        return "cpu", "--device auto: no NVIDIA GPU on this node"
+    torch = _import_torch("--device cuda") if cfg.device == "cuda" else _torch_or_none()
+    if torch is None:
+        return "cpu", "--device auto: an NVIDIA GPU is present but PyTorch is not installed"
     if not torch.cuda.is_available():
         if cfg.device == "auto":
-            return "cpu"
-        raise ConfigError("--device cuda: no CUDA device is available on this node")
-    return f"cuda:{comm.node_rank % torch.cuda.device_count()}"
+            return "cpu", "--device auto: PyTorch sees no usable CUDA device"
+        raise ConfigError("--device cuda: no usable CUDA device on this node (torch.cuda.is_available() is "
+                          "False); use --device auto or cpu")
+    n = torch.cuda.device_count()
+    device = f"cuda:{comm.node_rank % n}"
+    return device, f"--device {cfg.device}: {n} CUDA device(s) on this node, node rank {comm.node_rank} on {device}"
 
 
-def resolve_kernel(cfg: TrainConfig, device: str) -> str:
+def resolve_kernel(cfg: TrainConfig, device: str) -> tuple[str, str]:
+    """The update kernel for ``device`` and why."""
     if cfg.kernel == "auto":
-        return "numba" if device == "cpu" else "torch"
+        if device == "cpu":
+            return "numba", "--kernel auto: numba on the CPU"
+        return "torch", "--kernel auto: torch on CUDA"
     if cfg.kernel == "numba" and device != "cpu":
         raise ConfigError("--kernel numba runs on the CPU only; use --kernel torch (or auto) with CUDA")
-    return cfg.kernel
+    if cfg.kernel == "torch":
+        _import_torch("--kernel torch")
+        if device == "cpu":
+            return "torch", ("--kernel torch on the CPU: the GPU path's batched kernel on CPU torch (numba is "
+                             "faster here)")
+    return cfg.kernel, f"--kernel {cfg.kernel}"
+
+
+def resolve_exchange(cfg: TrainConfig, kernel: str) -> None:
+    if cfg.exchange == "torch" and kernel != "torch":
+        raise ConfigError(f"--exchange torch moves the torch kernel's rows, but this run trains with {kernel} "
+                          f"(--kernel auto on a CPU); give --kernel torch or leave out --exchange")
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where a run trains and with what, and why (said in its first log line)."""
+
+    device: str
+    kernel: str
+    why: str
+
+
+def choose_compute(cfg: TrainConfig, comm: Comm) -> Compute:
+    """Device and kernel, the same on every rank (a collective: a rank's error is raised on all)."""
+    device, why_device = comm.agree(resolve_device, cfg, comm)
+    kernel, why_kernel = comm.agree(resolve_kernel, cfg, device)
+    comm.agree(resolve_exchange, cfg, kernel)
+    return Compute(device, kernel, f"{why_device}; {why_kernel}")
 
 
 @dataclass(frozen=True)
@@ -131,9 +185,10 @@ class Plan:
         return self.resolved["local_lr"]
 
 
-def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
-    device = comm.agree(resolve_device, cfg, comm)
-    kernel = comm.agree(resolve_kernel, cfg, device)
+def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | None = None) -> Plan:
+    """``compute``: the run's device and kernel when already chosen (before the corpus opens)."""
+    compute = choose_compute(cfg, comm) if compute is None else compute
+    device, kernel = compute.device, compute.kernel
     scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr)
     threads = resolve_threads(cfg, comm)
     shard = corpus.shard(comm.rank, comm.size)
@@ -144,6 +199,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
     if cfg.balance == "speed":    # one stream for all ranks; targets are global positions
         rounds = max(1, math.ceil(words_total / (comm.size * sync_every)))
     resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
+                    compute_choice=compute.why,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__)

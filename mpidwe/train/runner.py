@@ -15,7 +15,7 @@ from ..dist.comm import Comm
 from ..dist.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
-from .plan import Plan, make_plan
+from .plan import Compute, Plan, choose_compute, make_plan
 from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
 from .warm import warm_start
@@ -92,15 +92,16 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
     the run is ``cfg`` as it is)."""
     log = log if comm.is_root else None
     cfg = adopt_checkpoint_settings(cfg, given, comm, log)
+    compute = choose_compute(cfg, comm)       # before the corpus: --device cuda without a GPU fails at once
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
     corpus = comm.agree(Corpus, corpus_path, cfg.segments)
     try:
         if cfg.verify_corpus:
             comm.on_root(corpus.verify, broadcast=False)
         if stop is not None:
-            return _train(cfg, comm, corpus, log, stop)
+            return _train(cfg, comm, corpus, log, stop, compute)
         with StopRequest() as own:
-            return _train(cfg, comm, corpus, log, own)
+            return _train(cfg, comm, corpus, log, own, compute)
     finally:
         corpus.close()
 
@@ -121,8 +122,8 @@ def store_class(cfg: TrainConfig, plan: Plan) -> type[Store]:
     return ReplicatedStore
 
 
-def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest) -> RunResult:
-    plan = make_plan(cfg, comm, corpus)
+def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest, compute: Compute) -> RunResult:
+    plan = make_plan(cfg, comm, corpus, compute)
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
     kind = store_class(cfg, plan)
     try:
