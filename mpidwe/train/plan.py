@@ -106,39 +106,36 @@ def _import_torch(why: str):
 
 def resolve_device(cfg: TrainConfig, comm: Comm) -> tuple[str, str]:
     """``cpu`` or ``cuda:N`` with N = node-local rank modulo the GPUs on the node, and why
-    (the run's first log line says both). ``--device cuda`` without a usable GPU is an error,
-    never a quiet fall back to the CPU."""
+    (the run's first log line says both; "" where the option said it all). ``--device cuda``
+    without a usable GPU is an error, never a quiet fall back to the CPU."""
     if cfg.device == "cpu":
-        return "cpu", "--device cpu"
+        return "cpu", ""
     if cfg.device == "auto" and not _nvidia_gpus_visible():
-        return "cpu", "--device auto: no NVIDIA GPU on this node"
+        return "cpu", "auto: no NVIDIA GPU found"
     torch = _import_torch("--device cuda") if cfg.device == "cuda" else _torch_or_none()
     if torch is None:
-        return "cpu", "--device auto: an NVIDIA GPU is present but PyTorch is not installed"
+        return "cpu", "auto: an NVIDIA GPU but no PyTorch"
     if not torch.cuda.is_available():
         if cfg.device == "auto":
-            return "cpu", "--device auto: PyTorch sees no usable CUDA device"
+            return "cpu", "auto: PyTorch sees no usable CUDA device"
         raise ConfigError("--device cuda: no usable CUDA device on this node (torch.cuda.is_available() is "
                           "False); use --device auto or cpu")
     n = torch.cuda.device_count()
-    device = f"cuda:{comm.node_rank % n}"
-    return device, f"--device {cfg.device}: {n} CUDA device(s) on this node, node rank {comm.node_rank} on {device}"
+    return f"cuda:{comm.node_rank % n}", f"{'auto: ' if cfg.device == 'auto' else ''}{n} CUDA device(s) found"
 
 
 def resolve_kernel(cfg: TrainConfig, device: str) -> tuple[str, str]:
-    """The update kernel for ``device`` and why."""
+    """The update kernel for ``device`` (auto: numba on the CPU, torch on CUDA) and why
+    ("" where the device or the option said it all)."""
     if cfg.kernel == "auto":
-        if device == "cpu":
-            return "numba", "--kernel auto: numba on the CPU"
-        return "torch", "--kernel auto: torch on CUDA"
+        return ("numba" if device == "cpu" else "torch"), ""
     if cfg.kernel == "numba" and device != "cpu":
         raise ConfigError("--kernel numba runs on the CPU only; use --kernel torch (or auto) with CUDA")
     if cfg.kernel == "torch":
         _import_torch("--kernel torch")
         if device == "cpu":
-            return "torch", ("--kernel torch on the CPU: the GPU path's batched kernel on CPU torch (numba is "
-                             "faster here)")
-    return cfg.kernel, f"--kernel {cfg.kernel}"
+            return "torch", "--kernel torch on the CPU, where numba is faster"
+    return cfg.kernel, ""
 
 
 def resolve_exchange(cfg: TrainConfig, kernel: str) -> None:
@@ -153,7 +150,7 @@ class Compute:
 
     device: str
     kernel: str
-    why: str
+    why: str              # "" where the options said it all
 
 
 def choose_compute(cfg: TrainConfig, comm: Comm) -> Compute:
@@ -161,7 +158,7 @@ def choose_compute(cfg: TrainConfig, comm: Comm) -> Compute:
     device, why_device = comm.agree(resolve_device, cfg, comm)
     kernel, why_kernel = comm.agree(resolve_kernel, cfg, device)
     comm.agree(resolve_exchange, cfg, kernel)
-    return Compute(device, kernel, f"{why_device}; {why_kernel}")
+    return Compute(device, kernel, "; ".join(why for why in (why_device, why_kernel) if why))
 
 
 @dataclass(frozen=True)

@@ -120,14 +120,15 @@ def summary_line(r: dict, config_json: str) -> str:
     """The run's first log line: what trains on what, on how many ranks (the whole
     configuration, some 1,400 characters of JSON, is in config.json)."""
     loss = "hierarchical softmax" if r["loss"] == "hs" else f"negative {r['negative']}"
+    why = f" ({r['compute_choice']})" if r["compute_choice"] else ""      # why this device and kernel
     extras = "".join((", subwords" if r["subwords"] else "", f", store {r['store']}" if r["store"] != "replicated" else "",
                       f", balance {r['balance']}" if r["balance"] != "off" else "",
                       f", exchange {r['exchange']}" if r["exchange"] != "mpi" else ""))
     return (f"{PROG} {__version__}: {r['model']}, dim {r['dim']}, window {r['window']}, {loss}{extras}, "
             f"{r['epochs']} epoch(s) of {r['words_total'] // max(r['epochs'], 1):,} words (vocabulary "
             f"{r['vocab_size']:,}) from {r['corpus']}; {r['ranks']} rank(s) x {r['threads']} thread(s), "
-            f"{r['kernel']} on {r['device']} ({r['compute_choice']}), sync {r['sync']} every {r['sync_every']:,} "
-            f"words, lr {r['lr']:g} x {r['lr_scale']}; every setting: {config_json}")
+            f"{r['kernel']} on {r['device']}{why}, sync {r['sync']} every {r['sync_every']:,} words, lr {r['lr']:g} x "
+            f"{r['lr_scale']}; every setting: {config_json}")
 
 
 # ------------------------------------------------------------------ outputs
