@@ -215,17 +215,20 @@ class TrainConfig:
                       choices=["auto", "cpu", "cuda"])
     threads: int = opt(0, "CPU threads per rank; 0: the node's cores divided among its ranks")
     kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched; the "
-                      "CUDA path, also runs on CPU) or auto (numba on CPU, torch on CUDA)",
-                      choices=["auto", "numba", "torch"])
+                      "CUDA path, also runs on CPU), triton (opt-in: one fused launch per batch of "
+                      "windows, CUDA; skip-gram with shared negatives) or auto (numba on CPU, torch on CUDA)",
+                      choices=["auto", "numba", "torch", "triton"])
     shared_negatives: bool = opt(True, "skip-gram: one draw of negatives per centre word, shared by "
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
                                  "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
                                  "gives word2vec's per-pair negatives; CBOW ignores it")
-    batch_size: int = opt(8192, "torch kernel: centre words (windows) trained per batch from one parameter "
-                          "snapshot; a row a batch updates n times has the sum of its updates divided "
-                          "by max(1, n lr sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); "
-                          "small corpora learn more per epoch at smaller batches (--loss hs trains 4,096 "
-                          "examples per batch, kernels/torch_hs.py)")
+    batch_size: int = opt(0, "torch kernel: centre words (windows) trained per batch from one parameter "
+                          "snapshot; 0 (default): adapts to the corpus, the largest power of two up to "
+                          "8,192 (at least 1,024) with 350 raw words per rank and run behind each centre "
+                          "of a batch, so a small corpus keeps numba's quality (kernels/torch_kernel.py); a "
+                          "row a batch updates n times has the sum of its updates divided by max(1, n lr "
+                          "sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); --loss hs trains 4,096 "
+                          "examples per batch (kernels/torch_hs.py)")
     verify_corpus: bool = opt(True, "recompute the corpus id from the whole corpus before training (rank 0; "
                               "about 0.3 s per 16M tokens) and refuse a damaged file")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
@@ -275,8 +278,9 @@ class TrainConfig:
                f"--sync-every must be 0 (automatic) or >= {MIN_SYNC_EVERY:,} words, got {self.sync_every} "
                f"(each sync is a collective over every rank; shorter rounds are mostly overhead and "
                f"empty rounds)")
-        for name in ("dim", "window", "negative", "epochs", "block_tokens", "log_every", "batch_size"):
+        for name in ("dim", "window", "negative", "epochs", "block_tokens", "log_every"):
             _positive(name, getattr(self, name))
+        _positive("batch_size", self.batch_size, allow_zero=True)
         for name in ("lr",):
             _positive(name, getattr(self, name))
         _check(0 <= self.sample < 1 and math.isfinite(self.sample), f"--sample must be in [0, 1), got {self.sample}")
@@ -284,10 +288,10 @@ class TrainConfig:
                f"--sync-full must be a power of 2, got {self.sync_full}")
         _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
         _check(self.wire == "fp32" or self.sync == "dense", "--wire bf16 or int8 encodes the rows of --sync dense")
-        _check(not self.overlap or (self.store == "replicated" and self.kernel != "torch" and self.device != "cuda"),
+        _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
-        _check(self.sync_full == 1 or (self.store == "replicated" and self.kernel != "torch"
+        _check(self.sync_full == 1 or (self.store == "replicated" and self.kernel not in ("torch", "triton")
                                        and self.device != "cuda" and self.sync != "average"),
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
                "sparse or dense")
@@ -295,6 +299,8 @@ class TrainConfig:
                                           and self.wire == "fp32" and self.allreduce == "mpi"),
                "--exchange torch moves the torch kernel's rows (--kernel torch, or auto on CUDA) on the "
                "replicated store, by torch.distributed's own all-reduce in fp32 (not --wire, --allreduce ring)")
+        _check(self.kernel != "triton" or (self.model == "skipgram" and self.shared_negatives and self.loss != "hs"),
+               "--kernel triton trains skip-gram with shared negatives and negative sampling only")
         _positive("max_local_lr", self.max_local_lr, allow_zero=True)
         if self.max_local_lr == 0:     # automatic: stored resolved, so checkpoints hold the number
             object.__setattr__(self, "max_local_lr", default_max_local_lr(self.loss, self.lr))
@@ -313,7 +319,7 @@ class TrainConfig:
         _check(1 <= self.minn <= self.maxn <= 32, f"--minn and --maxn must satisfy 1 <= minn <= maxn <= 32, "
                f"got {self.minn} and {self.maxn}")
         _check(1 <= self.buckets <= 100_000_000, f"--buckets must be in [1, 100,000,000], got {self.buckets}")
-        _check(not (self.subwords and self.kernel == "torch"), "--subwords runs on the numba kernel only "
+        _check(not (self.subwords and self.kernel in ("torch", "triton")), "--subwords runs on the numba kernel only "
                "(--kernel numba or auto on a CPU)")
         _check(bool(self.out), "--out must not be empty")
         for name in ("eval_sim", "eval_analogy"):
@@ -327,7 +333,7 @@ class TrainConfig:
                "--resume and --force")
         _check(re.fullmatch(r"all|new|\d+(:\d*)?", self.segments.strip()) is not None,
                f"--segments must be all, new, K, K: or K:L, got {self.segments!r}")
-        _check(self.store == "replicated" or (self.sync == "sparse" and self.kernel != "torch"
+        _check(self.store == "replicated" or (self.sync == "sparse" and self.kernel not in ("torch", "triton")
                                                and self.device != "cuda" and not self.init_from
                                                and self.loss == "ns" and not self.subwords and not self.follow),
                "--store sharded runs the numba kernel on the CPU with --sync sparse (owners combine "

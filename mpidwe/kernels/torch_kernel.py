@@ -44,28 +44,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .batch import BATCH_SIZE, MIN_BATCH_SIZE, SEED_MASK, adaptive_batch_size, batch_size_of, next_seed  # noqa: F401
 from .common import LR_REFRESH_WORDS, check_block
 
-SEED_MASK = (1 << 63) - 1
-MASK64 = (1 << 64) - 1
-
-# Centre words (windows) per batch: large enough that a block of 1M words is a few dozen
-# batches (launches), small enough to keep the update sums stable (docs/benchmarks.md).
-BATCH_SIZE = 8192
 # A row updated n times in one batch moves by the sum of its updates / max(1, n / this).
 DUPLICATE_STEPS = None      # None: the adaptive divisor below
 # The adaptive cap: a row's summed update is scaled so that lr x (its updates in the batch) x
 # sigma'(0) x (mean squared norm of the rows it pairs with) stays below this (see
 # duplicate_caps).
 STABILITY = 0.5
-
-
-def next_seed(seed: int) -> int:
-    """splitmix64: the seed of the next block's generator, computed on the host."""
-    z = (int(seed) + 0x9E3779B97F4A7C15) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return z ^ (z >> 31)
 
 
 class DeviceTables:
@@ -102,13 +89,18 @@ class Layout:
 
 def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args):
     """Train one block in place; returns (loss_sum, n_examples, words_processed).
-    ``args.batch_size``: centre words per batch (None: BATCH_SIZE); ``args.duplicate_steps``:
+    ``args.batch_size``: centre words per batch (None or 0: :func:`adaptive_batch_size` of
+    the run's words per rank); ``args.duplicate_steps``:
     None (adaptive), a fixed cap, or ``float('inf')`` (duplicate updates summed unscaled):
     see the module docstring. ``args.tables``: keep_prob and neg_table on the device."""
+    if args.fused:      # --kernel triton: the same store and entry, one fused launch per batch
+        from . import triton_kernel
+        return triton_kernel.train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out,
+                                         args)
     check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
     a = args
     keep_prob, neg_table, tables, duplicate_steps = a.keep_prob, a.neg_table, a.tables, a.duplicate_steps
-    batch_size = BATCH_SIZE if a.batch_size is None else a.batch_size
+    batch_size = batch_size_of(a)
     model, window, negative, shared_negatives = a.model, a.window, a.negative, a.shared_negatives
     lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
     if batch_size < 1:
@@ -144,6 +136,11 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
         load = duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps).reciprocal_()
     in_load, out_load = load.split([layout.ok.shape[1], layout.target_ok.shape[1]], 1)
     adaptive = duplicate_steps is None
+    if adaptive:    # per slot over its batch's partner entries: a batch needs |partner|^2, no mean
+        rows_here = (len(layout.lr) - batch * layout.batch_rows).clamp_(max=layout.batch_rows)[:, None]
+        partners_out = 1 if model == "cbow" else layout.ok.shape[1]    # CBOW: the mean h
+        in_load = in_load / (rows_here * (layout.target_ok.shape[1] * w_in.shape[1]))
+        out_load = out_load / (rows_here * (partners_out * w_in.shape[1]))
     train = _train_cbow if model == "cbow" else _train_skipgram
     losses = train(w_in, w_out, layout, in_load, out_load, adaptive)
     mark_touched((touched_in, touched_out), ids, ok)
@@ -189,7 +186,7 @@ def lay_out(kept, sentence, lr, tables, gen, args) -> Layout:
     output rows, in corpus order; ``args`` (a KernelArgs) gives the model, window, negatives
     and batch size."""
     model, window, negative, shared_negatives = args.model, args.window, args.negative, args.shared_negatives
-    batch_size = BATCH_SIZE if args.batch_size is None else args.batch_size
+    batch_size = batch_size_of(args)
     n = len(kept)
     device = kept.device
     reach = window - torch.randint(0, window, (n, 1), generator=gen, device=device)
@@ -271,11 +268,13 @@ def _batches(batch_rows, *tensors):
 
 
 def _divisors(load_in, load_out, h, o, adaptive):
-    """What a batch divides its duplicate updates by: max(1, load), the load times the mean
-    squared entry of the partner rows (so n lr sigma'(0) |partner|^2 / STABILITY) when
-    adaptive."""
+    """What a batch divides its duplicate updates by: max(1, load), the load times the summed
+    squares of the partner rows when adaptive (the load already holds 1 / their entries, so
+    n lr sigma'(0) mean|partner|^2 / STABILITY). The sum of squares is one reduction
+    (``vector_norm``), not a squared copy of the gathered rows."""
     if adaptive:
-        load_in, load_out = load_in * o.square().mean(), load_out * h.square().mean()
+        load_in = load_in * torch.linalg.vector_norm(o).square_()
+        load_out = load_out * torch.linalg.vector_norm(h).square_()
     return load_in.clamp(min=1.0), load_out.clamp(min=1.0)
 
 

@@ -216,4 +216,4 @@ def kernel_args(cfg: TrainConfig, plan: Plan, counts: np.ndarray, keep: np.ndarr
         # CBOW has one target set per window already
         shared_negatives=cfg.shared_negatives and cfg.model == "skipgram", hs=hs,
         subwords=None if subwords is None else (subwords.ptr, subwords.ids),
-        batch_size=cfg.batch_size if hs is None else None)
+        batch_size=cfg.batch_size if hs is None else None, fused=plan.kernel == "triton")

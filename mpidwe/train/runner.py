@@ -113,7 +113,7 @@ def store_class(cfg: TrainConfig, plan: Plan) -> type[Store]:
         from ..dist.sharded import ShardedStore
 
         return ShardedStore
-    if plan.kernel == "torch":
+    if plan.kernel in ("torch", "triton"):     # triton: the torch kernel's store, KernelArgs.fused
         from ..dist.device import DeviceStore
 
         return DeviceStore

@@ -1,0 +1,151 @@
+"""The GPU path in one command: words/s per GPU kernel, the share of the memory-bandwidth
+roofline, quality against numba, and at 2 ranks the share of time in the exchange.
+
+    python benchmarks/gpu_bench.py                              # CUDA: 3M-token demo, 1 epoch
+    python benchmarks/gpu_bench.py --device cpu --tokens 60000 --kernels torch   # here, small
+
+Generates the demo corpus (``mpidwe.synth``) into a temporary directory, then for each of
+``--kernels`` (torch: the eager torch kernel; triton: the fused kernel, needs CUDA or
+``TRITON_INTERPRET=1``) trains it at one rank through ``mpidwe.train.run`` and prints its
+words/s (trained raw words / wall seconds of the run's compute, from metrics), its bytes per
+word (MODELLED: the torch kernel's from benchmarks/gpu_dispatch.py's counter over a short run,
+the fused kernel's from its layout, kernels/triton_kernel.py's docstring) times words/s over
+the peak bandwidth MEASURED by a large device copy, and its analogy/similarity on the demo's
+answer keys beside numba's (CPU, ``--threads``). With ``--ranks 2`` (default) it also trains
+the first kernel at 2 ranks under mpiexec and reports the exchange's share of the ranks' time
+(``comm_seconds`` over ``comm_seconds + compute_seconds`` of the last metrics line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def peak_bandwidth(device: str, mbytes: int = 1024) -> float:
+    """Bytes/s of a large device-to-device copy (read + write), best of 5."""
+    import torch
+    n = mbytes * (1 << 20) // 4
+    src = torch.ones(n, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        dst.copy_(src)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n * 4 / best
+
+
+def torch_bytes_per_word(corpus: str, work: str, dim: int) -> float:
+    """The eager kernel's modelled traffic per trained word (gpu_dispatch's counter)."""
+    import gpu_dispatch
+    counts, words, _ = gpu_dispatch.count_training(corpus, os.path.join(work, "count"), epochs=1, dim=dim,
+                                                   export=False)
+    return counts.bytes / max(words, 1)
+
+
+def triton_bytes_per_word(corpus: str, dim: int) -> float:
+    """The fused kernel's modelled traffic per raw word, from its layout of the first 1M tokens:
+    every context and output row read once and atomically added once (3 x 4 D bytes), the
+    ids (8 bytes), the per-pair gradients written and read (2 x 4 BK bytes)."""
+    import numpy as np
+    from mpidwe.core.config import TrainConfig
+    from mpidwe.core.vocab import keep_probabilities, negative_table
+    from mpidwe.io.corpus import Corpus
+    from mpidwe.kernels import triton_kernel
+    from mpidwe.kernels.args import KernelArgs
+
+    with Corpus(corpus) as c:
+        tokens, starts, _ = next(c.iter_blocks(c.shard(), 1 << 20))
+        counts = c.counts
+    cfg = TrainConfig(corpus=corpus, out="-")
+    args = KernelArgs(keep_prob=keep_probabilities(counts, cfg.sample), neg_table=negative_table(counts),
+                      words_total=len(tokens), window=cfg.window, negative=cfg.negative, shared_negatives=True)
+    layout, n = triton_kernel.host_layout(tokens, starts, 1, args)
+    k1 = layout.targets.shape[1]
+    bk = 1 << (k1 - 1).bit_length()
+    rows = layout.n_pairs + layout.n_centres * k1
+    return (rows * (12 * dim + 8) + layout.n_pairs * 8 * bk + layout.n_centres * 8) / max(n, 1)
+
+
+def train_one(corpus, out, kernel, device, dim, epochs, threads, keys):
+    from mpidwe.core.config import TrainConfig
+    from mpidwe.dist.comm import Comm
+    from mpidwe.train import run
+    sim, ana = keys
+    res = run(TrainConfig(corpus=corpus, out=out, kernel=kernel, device=device, dim=dim, epochs=epochs,
+                          threads=threads, progress=False, export=False, force=True, eval_sim=(sim,),
+                          eval_analogy=(ana,)), Comm.serial(), log=None)
+    last = res.metrics[-1]
+    ev = last.get("eval") or {}
+    compute = sum(last["compute_seconds"])
+    return {"words": res.words_total, "words_per_s": res.words_total / max(compute, 1e-9),
+            "similarity": ev.get("sim:" + os.path.basename(sim)), "analogy": ev.get("analogy:" + os.path.basename(ana))}
+
+
+def exchange_share(corpus, out, kernel, device, dim, epochs, ranks) -> float:
+    from mpidwe.demo import mpi_launch
+    cmd = mpi_launch(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", out, "--kernel", kernel,
+                             "--device", device, "--dim", str(dim), "--epochs", str(epochs), "--no-progress",
+                             "--no-export", "--force"])
+    subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True)
+    lines = Path(out, "metrics.jsonl").read_text().splitlines()
+    last = json.loads(lines[-1])
+    comm, compute = sum(last["comm_seconds"]), sum(last["compute_seconds"])
+    return comm / max(comm + compute, 1e-9)
+
+
+def main(argv=None) -> int:
+    import torch
+    from gpu_dispatch import make_demo
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tokens", type=int, default=3_000_000, help="demo corpus size")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--dim", type=int, default=100)
+    p.add_argument("--kernels", nargs="+", default=["torch", "triton"], choices=["torch", "triton"])
+    p.add_argument("--threads", type=int, default=0, help="numba's threads (0: the node's cores)")
+    p.add_argument("--ranks", type=int, default=2, help="ranks of the exchange run (0 or 1: none)")
+    p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth copy")
+    a = p.parse_args(argv)
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here (use --device cpu)")
+    with tempfile.TemporaryDirectory() as work:
+        corpus = make_demo(Path(work), a.tokens, seed=5)
+        keys = (os.path.join(work, "demo-similarity.tsv"), os.path.join(work, "demo-analogies.txt"))
+        peak = peak_bandwidth(a.device, a.copy_mb)
+        print(f"device {a.device}: peak copy bandwidth {peak / 1e9:,.1f} GB/s (measured, {a.copy_mb} MB copy)")
+        ref = train_one(corpus, os.path.join(work, "numba"), "numba", "cpu", a.dim, a.epochs, a.threads, keys)
+        print(f"numba (cpu): {ref['words_per_s']:,.0f} words/s, similarity {ref['similarity']:.3f}, "
+              f"analogy {ref['analogy']:.2%}")
+        for kernel in a.kernels:
+            per_word = (torch_bytes_per_word(corpus, work, a.dim) if kernel == "torch"
+                        else triton_bytes_per_word(corpus, a.dim))
+            r = train_one(corpus, os.path.join(work, kernel), kernel, a.device, a.dim, a.epochs, a.threads, keys)
+            print(f"{kernel} ({a.device}): {r['words_per_s']:,.0f} words/s, {per_word:,.0f} bytes/word (modelled) "
+                  f"= {per_word * r['words_per_s'] / peak:.1%} of the roofline; similarity {r['similarity']:.3f} "
+                  f"({r['similarity'] - ref['similarity']:+.3f} vs numba), analogy {r['analogy']:.2%} "
+                  f"({100 * (r['analogy'] - ref['analogy']):+.1f} points)", flush=True)
+        if a.ranks > 1:
+            share = exchange_share(corpus, os.path.join(work, "ranks"), a.kernels[0], a.device, a.dim, a.epochs,
+                                   a.ranks)
+            print(f"{a.kernels[0]} at {a.ranks} ranks: {share:.1%} of the ranks' time in the exchange")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
