@@ -205,7 +205,7 @@ class TrainConfig:
                          "without; the thread needs a core of its own: where the ranks fill the cores it "
                          "measured no faster, docs/sync-modes.md; --balance speed splits a "
                          "round only after the one before, so it pulls each round when it starts)")
-    memory_budget: int = opt(0, "--store sharded: megabytes (MiB) one rank may hold; a round's words are cut "
+    memory_budget: float = opt(0.0, "--store sharded: megabytes (MiB) one rank may hold; a round's words are cut "
                              "where its expected working set would not fit beside the rank's own rows (the log "
                              "says whether the interval or the memory bounded the round); 0: half of one "
                              "replica's two matrices (4 x vocabulary x --dim bytes) plus 500, or the node's "

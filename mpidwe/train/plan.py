@@ -82,7 +82,7 @@ def sharded_round(cfg: TrainConfig, counts: np.ndarray, interval: int, world_siz
     interval stays as it is, and so does the model. ``share``: the smallest node memory per
     rank (0: unknown)."""
     v = len(counts)
-    budget = cfg.memory_budget * MiB if cfg.memory_budget else default_budget(v, cfg.dim, world_size, share)
+    budget = int(cfg.memory_budget * MiB) if cfg.memory_budget else default_budget(v, cfg.dim, world_size, share)
     model = RoundMemory(np.asarray(counts, dtype=np.float64), keep_probabilities(counts, cfg.sample), cfg.dim,
                         cfg.window, cfg.negative, cfg.shared_negatives or cfg.model == "cbow",
                         cfg.pipeline and cfg.balance != "speed")
@@ -95,7 +95,7 @@ def sharded_round(cfg: TrainConfig, counts: np.ndarray, interval: int, world_siz
         return words, "memory", budget
     need = (fixed + model.peak(least)) / MiB
     if cfg.memory_budget:
-        raise ConfigError(f"--memory-budget {cfg.memory_budget:,} MB does not hold a round of {least:,} words per "
+        raise ConfigError(f"--memory-budget {cfg.memory_budget:g} MB does not hold a round of {least:,} words per "
                           f"rank beside the rank's own rows, vocabulary and runtime ({fixed / MiB:,.0f} MB): it "
                           f"needs about {need:,.0f} MB; give more, or run on more ranks")
     return least, f"memory (the node's share, {budget / MiB:,.0f} MB, is below the {need:,.0f} MB of the " \
@@ -181,7 +181,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus) -> Plan:
     if cfg.store == "sharded":
         share = min(comm.allgather(node_memory() // max(comm.node_size, 1)))
         sync_every, bound, budget = comm.on_root(sharded_round, cfg, corpus.counts, sync_every, comm.size, share)
-        sharded = dict(round_bound=bound, memory_budget_mb=round(budget / MiB))
+        sharded = dict(round_bound=bound, memory_budget_mb=round(budget / MiB, 3))
     rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
     words_total = corpus.n_tokens * cfg.epochs
     if cfg.balance == "speed":    # one stream for all ranks; targets are global positions

@@ -133,7 +133,7 @@ def _bound(r: dict) -> str:
     """The sharded store's round: what bounded it (the interval or the memory budget)."""
     if "round_bound" not in r:
         return ""
-    return f" (bounded by the {r['round_bound']}; memory budget {r['memory_budget_mb']:,} MB per rank)"
+    return f" (bounded by the {r['round_bound']}; memory budget {r['memory_budget_mb']:,.0f} MB per rank)"
 
 
 # ------------------------------------------------------------------ outputs
