@@ -3,6 +3,7 @@
     python benchmarks/sharded.py synthetic [--workdir /tmp/bench-sharded] [--ranks 4]
     python benchmarks/sharded.py enwiki    [--workdir /tmp/bench-sharded] [--ranks 2]
     python benchmarks/sharded.py pipeline  [--workdir /tmp/bench-sharded] [--ranks 2] [--repeat 2]
+    python benchmarks/sharded.py budget    [--workdir /tmp/bench-sharded] [--ranks 4]
 
 synthetic: the large-vocabulary synthetic corpus (mpidwe.synth --tokens 45000000 --rare-words
 2200000 --rare-share 0.5 --rare-zipf 0: 2.13M words above min-count 5), dim 100, 1 epoch,
@@ -21,6 +22,13 @@ training loop's words/s, the communication the training thread waited for (pulls
 for the prefetch, pushes, refreshes: the slowest rank's seconds per round), the prefetch
 thread's seconds, the rows refreshed per row pulled, bytes per word and the final loss
 (which must be the same: the pipeline does not change the model), then the ratios.
+
+budget: --store sharded at its defaults (dim 100, --memory-budget 0, 1 epoch) on a 1.5M-word
+vocabulary (mpidwe.synth --tokens 8000000 --rare-words 1700000 --rare-share 0.5 --rare-zipf 0
+at min-count 1: 1,526,844 words), scored on its planted key. Prints the run's row and the
+bound of issue 23: every rank's peak RSS at most half of one replica's two matrices
+(4 V d bytes) plus 500 MB, with what bounded the round (config.json's round_bound) and its
+words per rank (tests/test_sharded_memory.py runs it).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+BUDGET_SYNTH = ["--tokens", "8000000", "--rare-words", "1700000", "--rare-share", "0.5", "--rare-zipf", "0"]
 SYNTH = ["--tokens", "45000000", "--rare-words", "2200000", "--rare-share", "0.5", "--rare-zipf", "0"]
 
 
@@ -66,6 +75,37 @@ def prepare_synthetic(workdir: Path) -> tuple[str, list[str], dict]:
     flags = ["--epochs", "1", "--dim", "100", "--sync-every", "50000",
              "--eval-sim", str(demo / "demo-similarity.tsv"), "--eval-analogy", str(demo / "demo-analogies.txt")]
     return str(corpus), flags, {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
+
+
+def prepare_budget(workdir: Path) -> tuple[str, list[str], dict]:
+    """The 1.5M-word synthetic corpus (BUDGET_SYNTH at min-count 1) and --store sharded's defaults."""
+    from ranks import env
+
+    demo = workdir / "synth-1.5m"
+    corpus = workdir / "synth-1.5m.h5"
+    if not (demo / "demo-key.json").exists():
+        subprocess.run([sys.executable, "-m", "mpidwe.synth", "--output", str(demo), "--force", *BUDGET_SYNTH],
+                       check=True, env=env())
+    if not corpus.exists():
+        subprocess.run([sys.executable, "-m", "mpidwe.preprocess", str(demo / "demo.txt"), "--output",
+                        str(corpus), "--min-count", "1"], check=True, env=env())
+    flags = ["--epochs", "1", "--eval-sim", str(demo / "demo-similarity.tsv"),
+             "--eval-analogy", str(demo / "demo-analogies.txt")]
+    return str(corpus), flags, {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
+
+
+def budget(workdir: Path, ranks: int, reuse: bool) -> dict:
+    """The sharded store at its defaults against issue 23's bound (module docstring)."""
+    corpus, flags, names = prepare_budget(workdir)
+    out = workdir / f"budget-{ranks}-sharded"
+    r = run_store(corpus, flags, names, ranks, "sharded", out, reuse)
+    if r.get("exit"):
+        return r
+    resolved = json.loads((out / "config.json").read_text())
+    bound = 4 * resolved["vocab_size"] * resolved["dim"] + 500_000_000
+    return dict(r, vocab_size=resolved["vocab_size"], sync_every=resolved["sync_every"],
+                round_bound=resolved["round_bound"], memory_budget_mb=resolved["memory_budget_mb"],
+                bound_mb=round(bound / 2 ** 20), within=max(r["rss_mb"]) * 2 ** 20 <= bound)
 
 
 def prepare_prefix(workdir: Path, tokens: int) -> tuple[str, list[str], dict]:
@@ -147,9 +187,9 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--rank-runner":
         sys.exit(rank_runner(sys.argv[2], sys.argv[4:]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=["synthetic", "enwiki", "pipeline"])
+    ap.add_argument("kind", choices=["synthetic", "enwiki", "pipeline", "budget"])
     ap.add_argument("--workdir", default="/tmp/bench-sharded")
-    ap.add_argument("--ranks", type=int, default=0, help="default: 4 (synthetic), 2 (enwiki)")
+    ap.add_argument("--ranks", type=int, default=0, help="default: 4 (synthetic, budget), 2 (enwiki)")
     ap.add_argument("--stores", default="replicated,sharded")
     ap.add_argument("--replicated-ranks", type=int, default=0,
                     help="ranks of the replicated run (default: --ranks). Its peak RSS per rank does not "
@@ -161,9 +201,12 @@ def main() -> None:
     a = ap.parse_args()
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    ranks = a.ranks or (4 if a.kind == "synthetic" else 2)
+    ranks = a.ranks or (4 if a.kind in ("synthetic", "budget") else 2)
     if a.kind == "pipeline":
         pipeline(workdir, ranks, a.prefix_tokens, a.repeat)
+        return
+    if a.kind == "budget":
+        print(json.dumps(budget(workdir, ranks, a.reuse)))
         return
     if a.kind == "synthetic":
         corpus, flags, names = prepare_synthetic(workdir)

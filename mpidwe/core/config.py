@@ -135,7 +135,8 @@ class TrainConfig:
                   "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
         "compute": ("device", "kernel", "threads", "batch_size"),
         "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "wire", "overlap", "sync_hot",
-                                     "sync_full", "balance", "allreduce", "exchange", "store", "pipeline"),
+                                     "sync_full", "balance", "allreduce", "exchange", "store", "pipeline",
+                                     "memory_budget"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
                                                          "keep_checkpoints", "resume", "force",
                                                          "guard_loss_ratio", "guard_max_abs"),
@@ -207,6 +208,11 @@ class TrainConfig:
                          "without; the thread needs a core of its own: where the ranks fill the cores it "
                          "measured no faster, docs/sync-modes.md; --balance speed splits a "
                          "round only after the one before, so it pulls each round when it starts)")
+    memory_budget: float = opt(0.0, "--store sharded: megabytes (MiB) one rank may hold; a round's words are cut "
+                             "where its expected working set would not fit beside the rank's own rows (the log "
+                             "says whether the interval or the memory bounded the round); 0: half of one "
+                             "replica's two matrices (4 x vocabulary x --dim bytes) plus 500, or the node's "
+                             "memory over its ranks where that is smaller (docs/sync-modes.md)")
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
                                   "this multiple of its best value (0: off)")
     guard_max_abs: float = opt(100.0, "divergence guard: stop (exit 3) when a synced parameter exceeds "
@@ -274,6 +280,7 @@ class TrainConfig:
         _positive("eval_every", self.eval_every, allow_zero=True)
         _positive("eval_restrict_vocab", self.eval_restrict_vocab)
         _positive("sync_every", self.sync_every, allow_zero=True)
+        _positive("memory_budget", self.memory_budget, allow_zero=True)
         _check(self.sync_every == 0 or self.sync_every >= MIN_SYNC_EVERY,
                f"--sync-every must be 0 (automatic) or >= {MIN_SYNC_EVERY:,} words, got {self.sync_every} "
                f"(each sync is a collective over every rank; shorter rounds are mostly overhead and "

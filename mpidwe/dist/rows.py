@@ -106,3 +106,81 @@ def expected_working_set(block_tokens: int, counts: np.ndarray, keep_prob: np.nd
     token_miss = block_tokens * np.log1p(-np.minimum(p, 1 - 1e-12))
     noise_miss = draws * np.log1p(-np.minimum(q, 1 - 1e-12))
     return float((1.0 - np.exp(token_miss)).sum()), float((1.0 - np.exp(token_miss + noise_miss)).sum())
+
+
+# ---------------------------------------------------------------- memory
+# What a sharded rank holds besides its rows and the round's working set (measured on the
+# 1.5M-word synthetic corpus, docs/benchmarks.md, "Sharded store at its defaults": 720 MB
+# before the first round at 4 ranks, of which 291 MB were its own rows): the interpreter,
+# numpy, numba's compiled kernels, h5py and MPI, and per vocabulary word its string, counts,
+# keep probability, negative table, the planner's two marks and two slot tables.
+RUNTIME_BYTES = 256 << 20
+VOCAB_BYTES_PER_WORD = 120
+
+# A round's peak, in rows of one matrix (4 d bytes) per working-set row (dist/sharded.py):
+# a token row's trained input row and base (2); every row's trained output row and base,
+# and during the push the changes, the changes received and the owner's scratch (5), plus
+# the pull's answer and receive buffers, which never exceed these. Fitted to the measured
+# peak (2.1 GB for 615k rows): these give 1.46 GB of working set against 1.39 measured.
+# --pipeline holds the next round's rows too (1 each) and its pull's buffers (1 more per row).
+TOKEN_ROW_UNITS = 3
+SET_ROW_UNITS = 5.5
+PIPELINE_UNITS = 2
+
+MiB = 1 << 20
+DEFAULT_HEADROOM = 500_000_000   # the default budget: half of one replica's two matrices plus this (500 MB)
+
+
+def fixed_bytes(vocab_size: int, dim: int, world_size: int) -> int:
+    """Bytes a sharded rank holds outside the working set: the most own rows of any rank
+    (both matrices), the vocabulary's arrays and the runtime."""
+    return owned_count(vocab_size, 0, world_size) * 8 * dim + VOCAB_BYTES_PER_WORD * vocab_size + RUNTIME_BYTES
+
+
+def round_bytes(n_in: float, size: float, dim: int, pipelined: bool = False) -> float:
+    """Peak bytes of a round whose working set has ``n_in`` token rows of ``size`` rows."""
+    extra = PIPELINE_UNITS if pipelined else 0
+    return 4.0 * dim * ((TOKEN_ROW_UNITS + extra) * n_in + (SET_ROW_UNITS + extra) * size)
+
+
+def default_budget(vocab_size: int, dim: int, world_size: int, node_share: int = 0) -> int:
+    """``--memory-budget 0``: half of one replica's two matrices (4 V d bytes) plus 500 MB;
+    at 1 and 2 ranks, whose own rows alone are 8 V d / P >= 4 V d, what a rank holds outside
+    a round plus 250 MB of working set where that is more. Capped at ``node_share`` (the
+    node's memory over its ranks; 0: no cap)."""
+    budget = max(4 * vocab_size * dim + DEFAULT_HEADROOM,
+                 fixed_bytes(vocab_size, dim, world_size) + DEFAULT_HEADROOM // 2)
+    return int(min(budget, node_share) if node_share > 0 else budget)
+
+
+@dataclass(frozen=True)
+class RoundMemory:
+    """A sharded round's expected peak bytes as a function of its words per rank, from the
+    corpus's counts and the draws the kernel makes (:func:`expected_working_set`)."""
+
+    counts: np.ndarray
+    keep_prob: np.ndarray
+    dim: int
+    window: int
+    negative: int
+    shared_negatives: bool       # one draw of negatives per kept centre (also CBOW's)
+    pipelined: bool = False
+
+    def peak(self, words: int) -> float:
+        t, w = expected_working_set(words, self.counts, self.keep_prob, self.window, self.negative,
+                                    self.shared_negatives)
+        return round_bytes(t, w, self.dim, self.pipelined)
+
+    def words_within(self, room: float, interval: int, least: int) -> int:
+        """The most words per rank per round, at most ``interval``, whose round peaks within
+        ``room`` bytes: ``interval`` itself where it fits (or where even a working set of
+        the whole vocabulary would), ``least - 1`` where a round of ``least`` words does not
+        (the caller says what to do then)."""
+        v = len(self.counts)
+        if round_bytes(v, v, self.dim, self.pipelined) <= room or self.peak(interval) <= room:
+            return interval
+        lo, hi = least - 1, interval        # lo fits or is least - 1; hi does not fit
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.peak(mid) <= room else (lo, mid)
+        return lo

@@ -18,7 +18,9 @@ import numpy as np
 from ..core.config import TrainConfig, to_dict
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
+from ..core.vocab import keep_probabilities
 from ..dist.comm import Comm
+from ..dist.rows import MiB, RoundMemory, default_budget, fixed_bytes
 from ..dist.rule import lr_scale
 from ..io.corpus import Corpus, Shard
 from ..kernels.args import KernelArgs
@@ -62,6 +64,42 @@ def auto_sync_every(vocab_size: int, world_size: int = 1) -> int:
     global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
     share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
     return int(max(SYNC_EVERY_MIN, global_words // share))
+
+
+def node_memory() -> int:
+    """This node's physical memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def sharded_round(cfg: TrainConfig, counts: np.ndarray, interval: int, world_size: int, share: int = 0
+                  ) -> tuple[int, str, int]:
+    """--store sharded: (words per rank per round, what bounded them, the budget in bytes).
+    The round is cut where its expected working set would not fit in the budget beside the
+    rank's own rows, vocabulary and runtime (dist/rows.py); where the budget does not bind the
+    interval stays as it is, and so does the model. ``share``: the smallest node memory per
+    rank (0: unknown)."""
+    v = len(counts)
+    budget = int(cfg.memory_budget * MiB) if cfg.memory_budget else default_budget(v, cfg.dim, world_size, share)
+    model = RoundMemory(np.asarray(counts, dtype=np.float64), keep_probabilities(counts, cfg.sample), cfg.dim,
+                        cfg.window, cfg.negative, cfg.shared_negatives or cfg.model == "cbow",
+                        cfg.pipeline and cfg.balance != "speed")
+    fixed = fixed_bytes(v, cfg.dim, world_size)
+    least = min(interval, SYNC_EVERY_MIN)
+    words = model.words_within(budget - fixed, interval, least)
+    if words >= interval:
+        return interval, "interval", budget
+    if words >= least:
+        return words, "memory", budget
+    need = (fixed + model.peak(least)) / MiB
+    if cfg.memory_budget:
+        raise ConfigError(f"--memory-budget {cfg.memory_budget:g} MB does not hold a round of {least:,} words per "
+                          f"rank beside the rank's own rows, vocabulary and runtime ({fixed / MiB:,.0f} MB): it "
+                          f"needs about {need:,.0f} MB; give more, or run on more ranks")
+    return least, f"memory (the node's share, {budget / MiB:,.0f} MB, is below the {need:,.0f} MB of the " \
+                  f"smallest round)", budget
 
 
 def round_targets(local_total: int, rounds: int) -> np.ndarray:
@@ -191,6 +229,11 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
     sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size)
+    sharded = {}
+    if cfg.store == "sharded":
+        share = min(comm.allgather(node_memory() // max(comm.node_size, 1)))
+        sync_every, bound, budget = comm.on_root(sharded_round, cfg, corpus.counts, sync_every, comm.size, share)
+        sharded = dict(round_bound=bound, memory_budget_mb=round(budget / MiB, 3))
     rounds = count_rounds(shard_sizes, cfg.epochs, sync_every)
     words_total = corpus.n_tokens * cfg.epochs
     if cfg.balance == "speed":    # one stream for all ranks; targets are global positions
@@ -199,7 +242,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
                     compute_choice=compute.why,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
-                    vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__)
+                    vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__, **sharded)
     own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
     return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved)
 

@@ -127,8 +127,15 @@ def summary_line(r: dict, config_json: str) -> str:
     return (f"{PROG} {__version__}: {r['model']}, dim {r['dim']}, window {r['window']}, {loss}{extras}, "
             f"{r['epochs']} epoch(s) of {r['words_total'] // max(r['epochs'], 1):,} words (vocabulary "
             f"{r['vocab_size']:,}) from {r['corpus']}; {r['ranks']} rank(s) x {r['threads']} thread(s), "
-            f"{r['kernel']} on {r['device']}{why}, sync {r['sync']} every {r['sync_every']:,} words, lr {r['lr']:g} x "
+            f"{r['kernel']} on {r['device']}{why}, sync {r['sync']} every {r['sync_every']:,} words{_bound(r)}, lr {r['lr']:g} x "
             f"{r['lr_scale']}; every setting: {config_json}")
+
+
+def _bound(r: dict) -> str:
+    """The sharded store's round: what bounded it (the interval or the memory budget)."""
+    if "round_bound" not in r:
+        return ""
+    return f" (bounded by the {r['round_bound']}; memory budget {r['memory_budget_mb']:,.0f} MB per rank)"
 
 
 # ------------------------------------------------------------------ outputs
