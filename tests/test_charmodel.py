@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mpidwe
-from mpidwe.io import checkpoint
+from mpidwe.io import charfile, checkpoint
 from mpidwe.core.charmodel import CharModelOptions, corrupt, fit
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import TrainConfig
@@ -88,12 +88,13 @@ def test_the_stored_model_round_trips_and_is_not_a_checkpoint(fitted):
     assert info["char_model"] == path and os.path.basename(path).endswith(".chars.h5")
     assert [os.path.basename(p) for p in checkpoint.list_checkpoints(ckdir)] == [os.path.basename(ck.path)]
     with h5py.File(path, "r") as f:
-        assert f.attrs["format"] == "mpidwe-char-model" and int(f.attrs["format_version"]) == 1
+        assert f.attrs["format"] == "mpidwe-char-model" and int(f.attrs["format_version"]) == 2
+        assert json.loads(f.attrs["fitted_on"])["checkpoint"] == os.path.basename(ck.path)
         assert f.attrs["checkpoint"] == os.path.basename(ck.path) and f.attrs["matrix"] == "input"
         names = set()
         f["params"].visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Dataset) else None)
     assert {"embed.weight", "lstm.weight_ih_l0", "lstm.weight_ih_l0_reverse", "mlp.2.weight"} <= names
-    meta, params, matrix = checkpoint.load_char_model(ck)
+    meta, params, matrix = charfile.load_char_model(ck)[:3]
     from mpidwe.core.charmodel import CharModel
 
     a = CharModel.from_state(meta, params).vectors(["zzkrop", "a"])
@@ -150,7 +151,7 @@ def test_an_unusable_model_is_ignored_with_a_warning_and_only_unseen_words_are_r
         assert mpidwe.load(str(dst)).oov is None
     assert any("character model format version 99" in r.getMessage() for r in caplog.records)
     with pytest.raises(InputError, match="character model format version 99"):
-        checkpoint.read_char_model(ck)        # the strict reader still says why
+        charfile.read_char_model(ck)        # the strict reader still says why
     # a model fitted to another checkpoint (the same name, other parameters)
     open(path, "wb").write(good)
     ck.state.w_in[0, 0] += 1.0          # saved under the same name: it replaces the fitted checkpoint
@@ -167,14 +168,14 @@ def test_a_failed_write_keeps_the_old_model_and_leaves_no_temporary(fitted, tmp_
     out, _ = fitted
     dst, ck, path = copy_run(out, tmp_path)
     before = open(path, "rb").read()
-    meta, params, _ = checkpoint.load_char_model(ck)
+    meta, params, _ = charfile.load_char_model(ck)[:3]
 
     def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(h5py.Group, "create_dataset", full_disk)
     with pytest.raises(InputError, match="cannot write character model .*No space left on device"):
-        checkpoint.save_char_model(ck, meta, params, "input")
+        charfile.save_char_model(ck, meta, params, "input")
     monkeypatch.undo()
     assert open(path, "rb").read() == before
     assert sorted(os.listdir(os.path.dirname(path))) == sorted([os.path.basename(ck.path), os.path.basename(path)])

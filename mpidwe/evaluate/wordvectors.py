@@ -396,21 +396,20 @@ class SubwordOOV:
 def oov_model(config: dict, words, w_in, ck=None, matrix: str = "input"):
     """The OOV model of a checkpoint, or None: its subwords (from its configuration and input
     rows), else the character generator fitted to its ``matrix`` vectors and stored beside
-    ``ck`` (``python -m mpidwe.inspect RUN fit-chars``; checkpoint.load_char_model)."""
+    ``ck`` (``python -m mpidwe.inspect RUN fit-chars``; charfile.load_char_model)."""
     if config.get("subwords"):
         from ..core.subwords import build_table
 
         return SubwordOOV(build_table(list(words), config["minn"], config["maxn"], config["buckets"]), w_in)
     if ck is not None and ck.path:
-        from ..io.checkpoint import load_char_model
+        from ..io.charfile import load_char_model
 
         stored = load_char_model(ck)
-        if stored is not None and stored[2] == matrix:
+        if stored is not None and stored.matrix == matrix:
             from ..core.charmodel import CharModel
 
-            meta, params, _ = stored
             try:
-                return CharModel.from_state(meta, params)
+                return CharModel.from_state(stored.meta, stored.params)
             except (KeyError, TypeError, ValueError, RuntimeError) as e:   # shapes or names that do not fit
                 raise InputError(f"{ck.path}: its character model does not fit this mpidwe: "
                                  f"{str(e).splitlines()[0]}") from None

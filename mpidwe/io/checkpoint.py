@@ -14,7 +14,6 @@ import datetime
 import glob
 import hashlib
 import json
-import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -156,6 +155,8 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3, parts: list[dict] |
                          f"are kept") from None
     for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         os.unlink(old)
+        if os.path.exists(char_model_path(old)):     # of no use without its checkpoint
+            os.unlink(char_model_path(old))
     remove_stale_parts(directory)
     return path
 
@@ -164,7 +165,7 @@ def _write_sealed(path: str, fill) -> None:
     """Write the HDF5 file ``path`` atomically and sealed: ``fill(f)`` writes the open file
     (made with the seal's user block) and returns the byte ranges the seal leaves out; the
     file is then sealed, and atomic_path fsyncs it before the rename. Every sealed file of
-    this module (checkpoint, part, character model) is written through here."""
+    this module and io/charfile.py (checkpoint, part, character model) is written through here."""
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w", userblock_size=SEAL_SIZE) as f:
             skip = fill(f)
@@ -462,100 +463,14 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
         raise InputError(f"{path} is damaged: {e}") from None
 
 
-# ------------------------------------------------------------ the character generator
-CHAR_FORMAT = "mpidwe-char-model"
-CHAR_VERSION = 1
-A_CHECKPOINT = "checkpoint"
-A_CHECKPOINT_SHA = "checkpoint_content_sha256"
-A_MATRIX = "matrix"
-A_META = "model"
-G_CHAR_PARAMS = "params"
-
-
+# ------------------------------------------------------------ the character generator's place
 def char_model_path(ckpt_path: str) -> str:
     """Where the character generator fitted to a checkpoint lives: beside it,
-    ``ckpt-NNNNNNNNN.chars.h5`` (which list_checkpoints does not count as a checkpoint)."""
+    ``ckpt-NNNNNNNNN.chars.h5`` (which list_checkpoints does not count as a checkpoint; the
+    file itself: io/charfile.py)."""
     base = os.path.basename(ckpt_path)
     stem = base[:-3] if base.endswith(".h5") else base
     return os.path.join(os.path.dirname(os.path.abspath(ckpt_path)), stem + ".chars.h5")
-
-
-def _content_attr(ckpt_path: str) -> str:
-    with h5py.File(ckpt_path, "r", locking=False) as f:
-        return _str(f.attrs.get(A_CONTENT, f.attrs.get(A_CHECKSUM, "")))
-
-
-def save_char_model(ck: Checkpoint, meta: dict, params: dict[str, np.ndarray], matrix: str) -> str:
-    """Write the character generator fitted to checkpoint ``ck`` beside it, atomically and
-    sealed; it names the checkpoint and its content checksum, so it is never used with
-    another checkpoint. ``meta``: JSON-able (alphabet, options, ...); ``params``: name ->
-    float32 array. The checkpoint itself is not touched."""
-    path = char_model_path(ck.path)
-    def fill(f):
-        f.attrs[A_FORMAT] = CHAR_FORMAT
-        f.attrs[A_VERSION] = CHAR_VERSION
-        f.attrs[A_TOOL_VERSION] = __version__
-        f.attrs[A_CREATED] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-        f.attrs[A_CHECKPOINT] = os.path.basename(ck.path)
-        f.attrs[A_CHECKPOINT_SHA] = _content_attr(ck.path)
-        f.attrs[A_VOCAB_SHA] = vocab_sha256(ck.words)
-        f.attrs[A_MATRIX] = matrix
-        f.attrs[A_META] = json.dumps(meta, sort_keys=True)
-        for name, value in sorted(params.items()):
-            f.create_dataset(f"{G_CHAR_PARAMS}/{name}", data=np.asarray(value, dtype=np.float32))
-        f.flush()
-        f.attrs[A_CONTENT] = content_sha256(f)
-        return []      # small: the seal covers every byte
-
-    try:
-        _write_sealed(path, fill)
-    except OSError as e:
-        raise InputError(f"cannot write character model {path}: {reason(e)}") from None
-    return path
-
-
-def load_char_model(ck: Checkpoint, warn=None) -> tuple[dict, dict[str, np.ndarray], str] | None:
-    """(meta, params, matrix) of the character generator beside checkpoint ``ck``, or None
-    when there is none, or when it cannot be used (damaged, of another format or version,
-    fitted to another checkpoint): it is optional, so the checkpoint stays usable and only
-    the words outside the vocabulary go unanswered; ``warn`` (default: the ``mpidwe``
-    logger) gets one line saying why."""
-    try:
-        return read_char_model(ck)
-    except InputError as e:
-        (warn or logging.getLogger("mpidwe").warning)(
-            f"warning: ignoring the character model: {e}; words outside the vocabulary have no vector")
-        return None
-
-
-def read_char_model(ck: Checkpoint) -> tuple[dict, dict[str, np.ndarray], str] | None:
-    """As :func:`load_char_model`, but a file that cannot be used is refused with one line."""
-    path = char_model_path(ck.path)
-    if not os.path.exists(path):
-        return None
-    check_seal(path, "character model")
-    try:
-        f = h5py.File(path, "r", locking=False)
-    except OSError:
-        raise unreadable(path, "character model") from None
-    try:
-        with f:
-            check_format(f.attrs, path, CHAR_FORMAT, CHAR_VERSION, "character model")
-            check_stored(f, path, "character model")
-            if content_sha256(f) != _str(f.attrs[A_CONTENT]):
-                raise InputError(f"{path} is damaged: content checksum mismatch")
-            if (_str(f.attrs[A_CHECKPOINT_SHA]) != _content_attr(ck.path)
-                    or _str(f.attrs[A_VOCAB_SHA]) != vocab_sha256(ck.words)):
-                raise InputError(f"{path} was fitted to another checkpoint than {ck.path} (fit it again: "
-                                 f"python -m mpidwe.inspect {ck.path} fit-chars --force)")
-            params = {}
-            f[G_CHAR_PARAMS].visititems(lambda name, obj: params.__setitem__(name, obj[()])
-                                        if isinstance(obj, h5py.Dataset) else None)
-            return json.loads(_str(f.attrs[A_META])), params, _str(f.attrs[A_MATRIX])
-    except InputError:
-        raise
-    except (OSError, KeyError, ValueError, TypeError) as e:
-        raise InputError(f"{path} is damaged: {e}") from None
 
 
 def latest_valid(directory: str, warn=None, params: bool = True) -> Checkpoint | None:

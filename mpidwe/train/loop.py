@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ..core.vocab import keep_probabilities, negative_table
 from ..dist.comm import Comm
 from ..dist.store import Store, Work
 from ..evaluate.suite import Evaluator, evaluation_ids
-from ..io import checkpoint
+from ..io import charfile, checkpoint
 from ..io.corpus import Corpus
 from .plan import Plan, kernel_args, learning_rate, rng_seeds
 from .progress import ProgressLog, bar_wanted
@@ -131,6 +131,7 @@ class Trainer:
         self.restarts = (int(state.history[-1].get("restarts", 0)) + 1 if state.history
                          else int(state.progress.words_done > 0))
         self.last_rank_words: np.ndarray | None = None   # rank 0: per-rank words at the last record
+        self.chars: charfile.StoredChars | None = None    # rank 0: the character model carried forward
 
     def _rng(self, saved: np.ndarray) -> np.ndarray:
         threads = self.plan.threads
@@ -396,7 +397,29 @@ class Trainer:
         ck = checkpoint.Checkpoint(state=state, words=self.words, counts=self.corpus.counts,
                                    config=self.plan.resolved, corpus_id=self.corpus.corpus_id,
                                    corpus_path=self.corpus.path, complete=complete)
-        return self.store.save(os.path.join(self.cfg.out, "checkpoints"), ck, self.cfg.keep_checkpoints)
+        path = self.store.save(os.path.join(self.cfg.out, "checkpoints"), ck, self.cfg.keep_checkpoints)
+        if self.chars is not None and path:
+            try:
+                charfile.carry_char_model(self.chars, replace(ck, path=path))
+            except InputError as e:       # optional: the checkpoint is written and stays usable
+                print(f"warning: the character model was not carried to {path}: {e}", file=sys.stderr)
+        return path
+
+    def carry_chars(self, origin: str | None) -> None:
+        """Rank 0: a character model beside ``origin``, the checkpoint this run continues
+        (--resume, --init-from, the step before a --follow step), is copied beside every
+        checkpoint the run writes, naming the one it was fitted on (io/charfile.py). Copied,
+        not refitted: a fit costs about a minute of CPU (docs/running.md)."""
+        if not (self.comm.is_root and origin and os.path.exists(checkpoint.char_model_path(origin))):
+            return
+        ck = checkpoint.load(origin, verify=False, params=False)
+        stored = charfile.load_char_model(ck, warn=self.log, say_carried=False)
+        if stored is None or (stored.matrix != "input" and ck.config.get("loss", "ns") != self.cfg.loss):
+            return                  # unusable, or fitted to output rows that mean other things now
+        self.chars = stored
+        if self.log:
+            self.log(f"carrying the character model of {origin} to this run's checkpoints (fitted on "
+                     f"{stored.fitted_on['checkpoint']}; refit it with inspect RUN fit-chars)")
 
     def finish(self, stopped: bool, ckpt_path: str | None, words: int, seconds: float) -> None:
         """Rank 0 reports; the store exports ``vectors.txt``; every rank learns whether that

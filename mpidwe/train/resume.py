@@ -157,11 +157,12 @@ def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, lo
 
 
 def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, store, log
-               ) -> tuple[checkpoint.TrainingState | None, dict | None]:
+               ) -> tuple[checkpoint.TrainingState | None, dict | None, str | None]:
     """Rank 0 finds and checks the checkpoint to resume from; every rank gets the training
     state it holds, its parameters read as the store reads them (``store``: the store's class:
-    rank 0 reads them and broadcasts, or every rank reads its own rows), and the re-plan
-    record of its run (None if it was never re-planned). (None, None): a fresh start."""
+    rank 0 reads them and broadcasts, or every rank reads its own rows), the re-plan record
+    of its run (None if it was never re-planned) and the checkpoint's path. (None, None,
+    None): a fresh start."""
     def find():
         store.prepare_resume(os.path.join(cfg.out, "checkpoints"))
         return find_checkpoint(cfg, plan, corpus, comm.size, log, params=store.params_on_root)
@@ -170,10 +171,10 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, store, 
     header = comm.bcast(dict(ck.state.header(), replan=ck.config.get("replan"), path=ck.path, parts=ck.parts)
                         if comm.is_root and ck is not None else None)
     if header is None:
-        return None, None
+        return None, None, None
     record, where = header.pop("replan"), {"path": header.pop("path"), "parts": header.pop("parts")}
     w_in, w_out = store.read_params(ck, where, comm, cfg, corpus.n_words)
-    return checkpoint.TrainingState.from_header(header, w_in, w_out), record
+    return checkpoint.TrainingState.from_header(header, w_in, w_out), record, where["path"]
 
 
 def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, store, vocab_size: int) -> checkpoint.TrainingState:

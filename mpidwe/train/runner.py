@@ -127,7 +127,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
     kind = store_class(cfg, plan)
     try:
-        state, record = load_state(cfg, plan, comm, corpus, kind, log)
+        state, record, origin = load_state(cfg, plan, comm, corpus, kind, log)
         history = None if state is None else state.history
         if state is not None:
             plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
@@ -136,8 +136,10 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
             state = fresh_state(cfg, plan, comm, kind, corpus.n_words)
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
+                origin = plan.resolved["init_from"]["path"]
         setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads)
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
+        trainer.carry_chars(origin)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         comm.barrier()    # the old marker is gone before any watcher starts
         deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")

@@ -1,0 +1,133 @@
+"""``python -m mpidwe warm [TRAIN OPTIONS]``: compile ahead, into numba's disk cache, what a
+first run compiles (docs/running.md, "Compiled kernels").
+
+numba compiles the kernels on their first use on a machine, once per CPU model, kernel mode
+and ``--dim`` (up to a minute each under load), and caches the machine code on disk. ``warm``
+pays that once, before any job: it preprocesses a small generated text (the tokenizer),
+trains it for one epoch on one process with the training options given (the defaults:
+skip-gram, negative sampling, ``--dim 100``; the kernel of that mode and dim, and the serial
+guard's probe), and runs the multi-rank sync of ``--sync`` once over a world of two ranks in
+this process whose other rank echoes this one (``Echo``: the combining rule's compiled
+loops, with the types a real sync gives them). Not warmed: ``--wire bf16|int8``'s codecs.
+
+Where the cache lives is numba's choice: ``NUMBA_CACHE_DIR`` when set, else ``__pycache__``
+beside mpidwe's modules, or the user's cache folder where those are read-only. numba keeps
+one entry per CPU model in the same files, so a cluster with several node types warms on
+one node of each (or sets ``NUMBA_CPU_NAME=generic`` everywhere, which trades speed for
+one portable entry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .core.config import PreprocessConfig, TrainConfig, parse_command
+from .core.errors import MpidweError
+from .core.prog import prog
+from .dist.comm import Comm
+from .kernels.tokenize import warm_up
+
+PROG = prog("warm")
+TEXT_WORDS, TEXT_LINES = 200, 2000
+
+
+class Echo(Comm):
+    """A world of two ranks in one process, the other rank an echo of this one: every
+    collective the sync makes answers as if the other rank had sent what this one did."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.size = 2
+
+    def allgather_array(self, arr: np.ndarray) -> np.ndarray:
+        return np.stack([arr, arr])
+
+    def allreduce_(self, arr: np.ndarray, algorithm: str = "mpi") -> np.ndarray:
+        arr += arr
+        return arr
+
+    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str) -> np.ndarray:
+        arr += arr
+        return arr
+
+
+def write_text(path: str) -> None:
+    """A small seeded text whose every word passes the default --min-count."""
+    rng = np.random.default_rng(0)
+    with open(path, "w") as f:
+        for _ in range(TEXT_LINES):
+            f.write(" ".join(f"w{i}" for i in rng.integers(0, TEXT_WORDS, rng.integers(3, 30))) + "\n")
+
+
+def warm_sync(cfg: TrainConfig, dim: int) -> None:
+    """One multi-rank sync of ``cfg.sync`` over the two ranks of an :class:`Echo`."""
+    from .dist.replicated import Synchronizer
+
+    rng = np.random.default_rng(0)
+    params = [rng.standard_normal((TEXT_WORDS, dim)).astype(np.float32) for _ in range(2)]
+    syncer = Synchronizer(Echo(), params, mode=cfg.sync, scale=2, allreduce=cfg.allreduce, wire=cfg.wire)
+    touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]
+    for p, t in zip(params, touched):
+        p[::3] += 0.01
+        t[::3] = 1
+    syncer.sync(params, touched)
+
+
+def warm(cfg: TrainConfig, log=print) -> dict:
+    """Compile what a run with ``cfg``'s training options compiles; returns the seconds of
+    each step. The corpus, run directory and evaluation options of ``cfg`` are not used."""
+    from . import preprocess, train
+
+    seconds = {}
+    with tempfile.TemporaryDirectory(prefix="mpidwe-warm-") as tmp:
+        t = time.perf_counter()
+        write_text(os.path.join(tmp, "text.txt"))
+        corpus = os.path.join(tmp, "corpus.h5")
+        preprocess.run(PreprocessConfig(inputs=(os.path.join(tmp, "text.txt"),), output=corpus), Comm.serial(),
+                       log=None)
+        warm_up()            # what the preprocess command loads first, in a background thread
+        seconds["preprocess"] = time.perf_counter() - t
+        log(f"{PROG}: preprocessing's tokenizer ready ({seconds['preprocess']:.1f} s)")
+        defaults = TrainConfig()
+        run_cfg = dataclasses.replace(
+            cfg, corpus=corpus, out=os.path.join(tmp, "run"), segments="all", epochs=1, export=False,
+            progress=False, resume=None, init_from=None, force=True, follow=None, eval_every=0, eval_sim=(),
+            eval_analogy=(), eval_pip=False, checkpoint_every=0, checkpoint_minutes=0.0,
+            buckets=min(cfg.buckets, 1000), sync_every=defaults.sync_every)
+        t = time.perf_counter()
+        train.run(run_cfg, Comm.serial(), log=None)
+        seconds["train"] = time.perf_counter() - t
+        log(f"{PROG}: the training kernel ready: {cfg.model}, --loss {cfg.loss}, --dim {cfg.dim}"
+            f"{', --subwords' if cfg.subwords else ''} ({seconds['train']:.1f} s)")
+    if cfg.store == "replicated":
+        t = time.perf_counter()
+        warm_sync(cfg, cfg.dim)
+        seconds["sync"] = time.perf_counter() - t
+        log(f"{PROG}: the multi-rank sync ready: --sync {cfg.sync} ({seconds['sync']:.1f} s)")
+    where = os.environ.get("NUMBA_CACHE_DIR") or "numba's default (__pycache__ beside mpidwe's modules)"
+    log(f"{PROG}: cached in {where}; runs with these options on this CPU model start without compiling")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_command(TrainConfig, argv, prog=PROG, config_file_flag=True,
+                            description="Compile the kernels a run with these training options uses into "
+                                        "numba's disk cache, so that the first run does not compile (once "
+                                        "per machine, CPU model, mode and --dim; NUMBA_CACHE_DIR chooses "
+                                        "the folder). The corpus, run and evaluation options are not used.")
+        warm(cfg)
+    except MpidweError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
