@@ -1,6 +1,7 @@
 """Kernel speed and quality against gensim, on the same text, cores and hyperparameters.
 
     python benchmarks/kernel_speed.py [--epochs 5] [--threads 1 2] [--variants pair shared]
+    python benchmarks/kernel_speed.py --stages [--corpus-h5 enwiki.h5] [--stage-tokens 4000000]
 
 Builds a min_count vocabulary from ``--input`` (text8 style: one line of words), cuts it
 into sentences of 1000 raw tokens as gensim's Text8Corpus does, and trains skip-gram
@@ -16,6 +17,12 @@ gensim runs with workers=1 from a list of sentences, and with workers=N from
 ``corpus_file`` (its fastest multi-core mode). Our kernel runs ``threads`` Hogwild threads
 on blocks of ``--block-tokens``. The first call of each variant is timed separately: it is
 numba's compile (first run on a machine) or its cache load.
+
+``--stages`` instead prints where a kept word's time goes in the default kernel (skip-gram,
+shared negatives) on a prefix of a preprocessed corpus: cumulative variants of the kernel,
+each one stage more than the last (see STAGES), timed in CPU seconds round robin, and a
+roofline (flops and row bytes per kept word against this core's copy bandwidth, random row
+gather and single-thread matmul).
 
 The machine may be shared: the load average is printed with the table, and "w/s cpu" is
 raw words per CPU second times the thread count, which other jobs disturb less than the
@@ -198,6 +205,198 @@ def merge(runs: list[dict], raw_words: int) -> dict:
                 qualities=[r["quality"] for r in runs])
 
 
+# ------------------------------------------------------------------ where a kept word's time goes
+# Cumulative variants of the default kernel (skip-gram, negatives shared per window), built
+# from the kernel's own compiled steps: each adds one stage to the one before, so the
+# difference of two times is that stage's cost on the same tokens and the same draws.
+STAGES = ("loop", "subsampling", "lr schedule", "window draws", "negative draws", "row loads",
+          "dot products", "updates")
+
+
+def stage_function(stage: int):
+    from numba import literally, njit
+
+    from mpidwe.kernels.chunk import make_scratch, refresh_lr
+    from mpidwe.kernels.common import LR_REFRESH_WORDS
+    from mpidwe.kernels.rows import dot, gradient
+    from mpidwe.kernels.sampling import draw_negatives, sentence, shrunk_window, subsample
+    from mpidwe.kernels.window import shared_window
+
+    @njit(nogil=True, fastmath=True)
+    def run(dim, params, chunk, targets, schedule):
+        """Returns (checksum, kept words, contexts, outputs) of the chunk's centre words."""
+        dim = literally(dim)
+        scratch = make_scratch(chunk, targets, dim)
+        kept, raw_pos, ctx, outs = scratch.kept, scratch.raw_pos, scratch.contexts, scratch.negs
+        state = chunk.rng_state[chunk.tid]
+        raw_done, last_refresh, lr = 0, 0, refresh_lr(chunk, 0, schedule)
+        acc, n_kept, n_ctx_sum, n_out_sum = 0.0, 0, 0, 0
+        for si in range(chunk.s_lo, chunk.s_hi):
+            beg, end = sentence(chunk, si)
+            if stage >= 1:
+                n, state = subsample(chunk.tokens, beg, end, chunk.keep_prob, state, kept, raw_pos, raw_done)
+            else:                                      # the loop alone: every token kept, no draw
+                n = end - beg
+                for i in range(n):
+                    kept[i] = chunk.tokens[beg + i]
+                    raw_pos[i] = raw_done + i
+            n_kept += n
+            for pos in range(n):
+                if stage >= 2 and raw_pos[pos] - last_refresh >= LR_REFRESH_WORDS:
+                    last_refresh = raw_pos[pos]
+                    lr = refresh_lr(chunk, last_refresh, schedule)
+                if stage < 3:
+                    acc += kept[pos]
+                    continue
+                state, lo, hi = shrunk_window(state, chunk.window, pos, n)
+                if hi == lo or stage < 4:
+                    acc += hi - lo
+                    continue
+                n_ctx = 0
+                for c in range(lo, hi + 1):
+                    if c != pos:
+                        ctx[n_ctx] = kept[c]
+                        n_ctx += 1
+                outs[0] = kept[pos]
+                state, n_negs = draw_negatives(state, kept[pos], targets, outs[1:], params.w_out)
+                n_out = n_negs + 1
+                n_ctx_sum += n_ctx
+                n_out_sum += n_out
+                if stage == 4:
+                    acc += outs[n_negs]
+                elif stage == 5:                       # read every row the window reads, once
+                    for i in range(n_ctx):
+                        row = params.w_in[ctx[i]]
+                        for k in range(dim):
+                            acc += row[k]
+                    for j in range(n_out):
+                        row = params.w_out[outs[j]]
+                        for k in range(dim):
+                            acc += row[k]
+                elif stage == 6:                       # the scores and their table gradients
+                    for i in range(n_ctx):
+                        for j in range(n_out):
+                            g, l_ = gradient(dot(params.w_in[ctx[i]], params.w_out[outs[j]], dim), 1 - min(j, 1), lr)
+                            acc += g + l_
+                else:                                  # the kernel's window update
+                    noise = (outs, scratch.codes, n_out, False)
+                    acc += shared_window(params, ctx, n_ctx, noise, lr, scratch, dim)
+            raw_done += end - beg
+        return acc, n_kept, n_ctx_sum, n_out_sum
+
+    return run
+
+
+def compiled_stage(stage: int, dim: int, rest):
+    """Stage ``stage``'s machine code for ``dim``, called without numba's dispatcher (which
+    re-resolves the literal dim on every call; see kernels/cpu.py)."""
+    from numba import typeof, types
+    from mpidwe.kernels.chunk import Chunk
+    params, targets, schedule = rest
+    chunk = Chunk(np.zeros(1, np.int32), np.zeros(1, np.int64), 0, 1, np.ones(1, np.float32), 1, 0,
+                  np.zeros(1, np.uint64), np.zeros(1, np.int64))
+    argtypes = (types.IntegerLiteral(dim),) + tuple(typeof(x) for x in (params, chunk, targets, schedule))
+    return stage_function(stage).compile(argtypes)
+
+
+def load_h5_prefix(path: str, n_tokens: int):
+    """(ids, sentence starts, counts) of the first ``n_tokens`` tokens (whole sentences) of a
+    preprocessed corpus (docs/hdf5-format.md)."""
+    from mpidwe.io.corpus import Corpus as H5Corpus
+    with H5Corpus(path) as c:
+        starts = c.read_sentences(0, c.n_sentences)
+        n_sent = int(np.searchsorted(starts, n_tokens, side="right")) - 1 if n_tokens < c.n_tokens else len(starts)
+        end = int(starts[n_sent]) if n_sent < len(starts) else c.n_tokens
+        return c.read_tokens(0, end), starts[:n_sent].copy(), c.counts
+
+
+def stage_table(a) -> None:
+    """Time the cumulative stages on a prefix of a preprocessed corpus; print the table."""
+    from mpidwe.dist.replicated import init_params as word2vec_init
+    from mpidwe.kernels.chunk import Chunk, Schedule, targets_of
+    from mpidwe.kernels.rows import Params
+    tokens, starts, counts = load_h5_prefix(a.corpus_h5, a.stage_tokens)
+    vocab = len(counts)
+    args = KernelArgs(keep_prob=keep_probabilities(counts, a.sample), neg_table=negative_table(counts),
+                      words_total=len(tokens), model="skipgram", window=a.window, negative=a.negative,
+                      lr0=a.alpha, lr_min=a.alpha * 1e-4, threads=1, shared_negatives=True)
+    w_in, w_out = word2vec_init(vocab, a.dim, 1)
+    touched = np.zeros(vocab, np.uint8), np.zeros(vocab, np.uint8)
+    seed = np.random.SeedSequence(1).generate_state(1, dtype=np.uint64)
+    schedule = Schedule(args.lr0, args.lr_min, 0.0, 1.0, float(len(tokens)))
+    targets = targets_of(args, vocab)
+
+    def kernel(w_in_, w_out_, seed_):
+        return cpu.train_block(w_in_, w_out_, tokens, starts, seed_, *touched, args)
+
+    def stage_run(fn):
+        def go(w_in_, w_out_, seed_):
+            chunk = Chunk(tokens, starts, 0, len(starts), args.keep_prob, a.window, 0, seed_, np.zeros(1, np.int64))
+            return fn(a.dim, Params(w_in_, w_out_, *touched), chunk, targets, schedule)
+        return go
+
+    kernel(w_in, w_out, seed.copy())               # compiles, and trains the rows the stages read
+    runs = [stage_run(compiled_stage(stage, a.dim, (Params(w_in, w_out, *touched), targets, schedule)))
+            for stage in range(len(STAGES))] + [kernel]
+    times, stats = [float("inf")] * len(runs), None
+    for _ in range(a.repeats):                     # round robin: a change of load hits every stage
+        for r, run in enumerate(runs):
+            w_in_, w_out_, seed_ = w_in.copy(), w_out.copy(), seed.copy()
+            t = time.thread_time()
+            out = run(w_in_, w_out_, seed_)
+            times[r] = min(times[r], time.thread_time() - t)
+            stats = out if r == len(STAGES) - 1 else stats
+    kernel_s = [times.pop()]
+    _, kept, n_ctx, n_out = stats
+    print(f"\n{len(tokens):,} raw tokens of {a.corpus_h5}, {kept:,} kept ({kept / len(tokens):.1%}), "
+          f"{n_ctx / kept:.2f} contexts and {n_out / kept:.2f} output rows per kept word; "
+          f"load average {os.getloadavg()[0]:.2f}; CPU time, best of {a.repeats}")
+    print(f"{'stage':16} {'ns/kept word':>12} {'cumulative':>10} {'share':>6}")
+    prev = 0.0
+    for name, s in zip(STAGES, times):
+        ns, cum = (s - prev) / kept * 1e9, s / kept * 1e9
+        print(f"{name:16} {ns:>12.1f} {cum:>10.1f} {ns / (times[-1] / kept * 1e9):>6.1%}")
+        prev = s
+    print(f"{'kernel':16} {'':>12} {min(kernel_s) / kept * 1e9:>10.1f}   (cpu.train_block, "
+          f"{len(tokens) / min(kernel_s):,.0f} raw words/s)")
+    roofline(a, kept / len(tokens), n_ctx / kept, n_out / kept, min(kernel_s) / kept)
+
+
+def roofline(a, keep: float, n_ctx: float, n_out: float, seconds_per_kept: float) -> None:
+    """Bytes and flops per trained word against this core's measured copy bandwidth, random
+    row gather and matmul peak."""
+    big = np.ones(1 << 27, np.float32)               # 512 MiB
+    dst = np.empty_like(big)
+    copy_s = min(_timed(lambda: np.copyto(dst, big)) for _ in range(3))
+    bandwidth = 2 * big.nbytes / copy_s               # read + write
+    del big, dst
+    m = np.random.default_rng(0).random((2048, 2048), dtype=np.float32)
+    mm_s = min(_timed(lambda: m @ m) for _ in range(3))
+    peak = 2 * 2048 ** 3 / mm_s
+    table = np.random.default_rng(0).random((69_103, a.dim), dtype=np.float32)
+    idx = np.random.default_rng(1).integers(0, len(table), 1 << 20)
+    gather_s = min(_timed(lambda: table[idx]) for _ in range(3)) / len(idx)
+    flops = n_ctx * n_out * a.dim * 2 * 3 + n_ctx * a.dim     # scores, both gradient products, add_rows
+    row_bytes = a.dim * 4
+    touched = (n_ctx + n_out) * row_bytes * 2                 # every row read and written once
+    fresh = (1 + n_out) * row_bytes * 2                       # one new context enters the window
+    print(f"\nroofline, per kept word (x {keep:.3f} per raw word): {flops:,.0f} flop, {touched:,.0f} bytes "
+          f"of rows read+written, {fresh:,.0f} of them new to the window (1 context + the outputs)")
+    print(f"this core: copy bandwidth {bandwidth / 1e9:.1f} GB/s, float32 matmul {peak / 1e9:.1f} GFLOP/s "
+          f"(1 thread), random {row_bytes}-byte row gather {gather_s * 1e9:.1f} ns/row")
+    print(f"bounds per kept word: flops {flops / peak * 1e9:.1f} ns, new rows at copy bandwidth "
+          f"{fresh / bandwidth * 1e9:.1f} ns, new rows gathered {(1 + n_out) * gather_s * 1e9:.1f} ns; "
+          f"measured {seconds_per_kept * 1e9:.1f} ns = {flops / seconds_per_kept / 1e9:.1f} GFLOP/s "
+          f"({flops / seconds_per_kept / peak:.1%} of the matmul peak)")
+
+
+def _timed(fn) -> float:
+    """CPU seconds of this thread (the machine may be shared: a wall clock counts the others)."""
+    t = time.thread_time()
+    fn()
+    return time.thread_time() - t
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--input", default=str(DATA / "text8-prefix-12M.txt"))
@@ -216,7 +415,15 @@ def main() -> int:
     p.add_argument("--block-tokens", type=int, default=1_000_000)
     p.add_argument("--init", choices=sorted(INIT_HALF_WIDTH), default="gensim",
                    help="initial w_in scale for our kernel (gensim's is twice word2vec's)")
+    p.add_argument("--stages", action="store_true",
+                   help="print where a kept word's time goes and the roofline, instead of the gensim race")
+    p.add_argument("--corpus-h5", default="/tmp/i23/enwiki.h5", help="--stages: a preprocessed corpus")
+    p.add_argument("--stage-tokens", type=int, default=4_000_000, help="--stages: tokens of its prefix")
+    p.add_argument("--repeats", type=int, default=3, help="--stages: runs per stage (the best is kept)")
     a = p.parse_args()
+    if a.stages:
+        stage_table(a)
+        return 0
 
     corpus = load_corpus(a.input, a.min_count, 1000)
     raw_words = corpus.raw_tokens * a.epochs
