@@ -184,9 +184,18 @@ def count_tokens_of_ranks(st: RunState, comm: Comm) -> None:
 
 
 def fix_vocabulary(st: RunState, comm: Comm) -> None:
-    """Rank 0 fixes the vocabulary (count descending, ties by word) and broadcasts it."""
+    """Rank 0 fixes the vocabulary (count descending, ties by word) and broadcasts it. A
+    corpus grown (--append) is verified first, every rank its share of the chunks: a
+    damaged corpus is never carried into a new one."""
+    if st.cfg.append:
+        comm.agree(_verify_base, st.cfg.append, comm.rank, comm.size)
     st.words, st.counts = comm.on_root(_vocabulary, st)
     st.total = None
+
+
+def _verify_base(path: str, rank: int, ranks: int) -> None:
+    with corpus_io.Corpus(path) as base:
+        base.verify(rank, ranks)
 
 
 def _vocabulary(st: RunState):
