@@ -3,6 +3,7 @@ of segments, and a warm start on a grown corpus that learns the new words."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import pytest
 
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import PreprocessConfig, SynthConfig
+from mpidwe.io import corpus_id
 from mpidwe.io.corpus import Corpus, segment_range
 from mpidwe.core.errors import InputError
 from mpidwe.io.formats import reseal
@@ -54,7 +56,7 @@ def test_append_keeps_old_ids_and_extends_the_vocabulary(tmp_path):
         old_id = c.corpus_id
     summary = run(PreprocessConfig(inputs=(str(tmp_path / "new.txt"),), append=str(base)), Comm.serial(), log=None)
     after, attrs = read(base)
-    assert attrs["format_version"] == 2 and summary["segments"] == 2
+    assert attrs["format_version"] == 3 and summary["segments"] == 2
     # old words, ids and tokens unchanged
     n_old = len(before["vocab/words"])
     assert list(after["vocab/words"][:n_old]) == list(before["vocab/words"])
@@ -164,21 +166,56 @@ def test_a_text_without_a_kept_token_is_not_appended(tmp_path):
     assert base.read_bytes() == before
 
 
+def as_older_version(path, version: int) -> None:
+    """Rewrite a corpus in place as ``version`` (1 or 2) wrote it: no chunk digests, its id
+    one SHA-256 stream over every token (and, in version 1, no segments)."""
+    with h5py.File(path, "a") as f:
+        del f["digests"]
+        del f.attrs["digest_chunk_items"]
+        if version == 1:
+            del f["segments"]
+            del f.attrs["segment_info"]
+        f.attrs["format_version"] = version
+        digest = corpus_id.header_digest([w.decode() for w in f["vocab/words"][:]], f["vocab/counts"][:])
+        digest.update(f["tokens"][:].astype("<i4").tobytes())
+        sent = hashlib.sha256(f["sentences"][:].astype("<i8").tobytes())
+        f.attrs["corpus_id"] = corpus_id.stream_id(digest, sent, f["segments"][:] if version == 2 else np.zeros((1, 3)))
+    reseal(str(path))
+
+
+def test_version_2_corpus_is_still_read_and_verified(tmp_path):
+    """A version 2 corpus (no chunk digests) keeps its id, verifies on rank 0 alone (the
+    other ranks have nothing to check), and a flipped token is still caught."""
+    texts(tmp_path)
+    base = build(tmp_path, "c.h5")
+    as_older_version(base, 2)
+    with Corpus(str(base)) as c:
+        assert c.version == 2
+        c.verify()
+        c.verify(1, 2)
+        off = c._f["tokens"].id.get_offset()
+    with open(base, "r+b") as fh:           # the tokens are left out of the seal
+        fh.seek(off + 4 * 7)
+        old = fh.read(4)
+        fh.seek(off + 4 * 7)
+        fh.write(b"\x01\x00\x00\x00" if old != b"\x01\x00\x00\x00" else b"\x02\x00\x00\x00")
+    with Corpus(str(base)) as c:
+        with pytest.raises(InputError, match="does not match its corpus id"):
+            c.verify()
+        c.verify(1, 2)                           # not rank 0's part: version 2 has no chunks
+
+
 def test_version_1_corpus_reads_as_one_segment_and_grows(tmp_path):
     texts(tmp_path)
     base = build(tmp_path, "c.h5")
-    with h5py.File(base, "a") as f:             # the layout version 1 wrote
-        del f["segments"]
-        del f.attrs["segment_info"]
-        f.attrs["format_version"] = 1
-    reseal(str(base))
+    as_older_version(base, 1)                    # the layout version 1 wrote
     with Corpus(str(base)) as c:
         assert c.version == 1 and len(c.segments) == 1 and c.segments[0].token_end == c.n_tokens
         c.verify()                               # a one-segment id is version 1's
         n_old = c.n_tokens
     run(PreprocessConfig(inputs=(str(tmp_path / "new.txt"),), append=str(base)), Comm.serial(), log=None)
     with Corpus(str(base)) as c, Corpus(str(base), "new") as new, Corpus(str(base), "0") as first:
-        assert c.version == 2 and len(c.segments) == 2
+        assert c.version == 3 and len(c.segments) == 2
         assert first.n_tokens == n_old and new.n_tokens == c.total_tokens - n_old
         assert new.shard(0, 1).token_start == n_old
         got = np.concatenate([b for b, _, _ in new.iter_blocks(new.shard(0, 1), 500)])

@@ -88,7 +88,7 @@ def test_serial_matches_reference(tmp_path, kind):
     assert data["vocab/counts"].tolist() == counts
     assert data["tokens"].tolist() == ids
     assert data["sentences"].tolist() == sents
-    assert attrs["format"] == "mpidwe-corpus" and attrs["format_version"] == 2
+    assert attrs["format"] == "mpidwe-corpus" and attrs["format_version"] == 3
     assert summary["kept_tokens"] == len(ids)
     if kind == "doc_tags":
         assert attrs["doc_tag_lines_dropped"] > 10
@@ -194,9 +194,10 @@ def test_bad_inputs_give_one_line_and_no_output(tmp_path):
     blank.write_bytes(b"  \n\n \t\n")
     rare = tmp_path / "rare.txt"
     rare.write_bytes(b"a b c d\n")
+    (tmp_path / "nofiles").mkdir()
     cases = [
         ([str(tmp_path / "missing.txt")], "input not found"),
-        ([str(tmp_path)], "directory"),
+        ([str(tmp_path / "nofiles")], "directory"),
         ([str(empty)], "empty"),
         ([str(blank)], "no tokens"),
         ([str(rare), "--min-count", "5"], "--min-count=5"),

@@ -297,7 +297,8 @@ def test_a_changed_corpus_is_refused_before_training(demo, tmp_path):
         shutil.copy(demo / "corpus.h5", bad)
         with h5py.File(bad, "r+") as f:
             f[dataset][5] = f[dataset][5] + 1
-        with pytest.raises(InputError, match="does not match its corpus id"):
+        what = "token ids" if dataset == D_TOKENS else "sentence starts"
+        with pytest.raises(InputError, match=f"damaged: chunk 0 of its {what} .* does not match its digest"):
             train(cfg(demo, tmp_path / "t", corpus=str(bad)), Comm.serial(), log=None)
         assert not (tmp_path / "t" / "metrics.jsonl").exists()
     Corpus(str(demo / "corpus.h5")).verify()                   # the real one passes

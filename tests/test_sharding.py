@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mpidwe.core.sharding import even_split, sentence_shard
+from mpidwe.core.sharding import even_split, sentence_shard, sentence_shard_by
 
 
 @pytest.mark.parametrize("total,world", [(0, 1), (10, 3), (7, 7), (5, 8), (1000003, 4)])
@@ -39,3 +39,20 @@ def test_sentence_shard_more_ranks_than_sentences():
 def test_bad_rank_refused():
     with pytest.raises(ValueError):
         sentence_shard(np.array([0]), 5, 2, 2)
+
+
+def test_sentence_shard_by_a_lookup_is_sentence_shard_and_reads_few_starts():
+    """The binary search over a lookup (a corpus file's sentence starts, never all read)
+    cuts where the search over the whole array cuts, and looks at O(log S) starts."""
+    rng = np.random.default_rng(4)
+    for trial in range(40):
+        n_sent = int(rng.integers(0, 300))
+        starts = np.sort(rng.choice(np.arange(1, 5000), size=max(n_sent - 1, 0), replace=False))
+        starts = np.concatenate(([0], starts))[:n_sent].astype(np.int64)
+        n = int(starts[-1] + rng.integers(1, 50)) if n_sent else 0
+        for world in (1, 2, 3, 7):
+            for r in range(world):
+                seen = []
+                got = sentence_shard_by(lambda k: seen.append(k) or int(starts[k]), n_sent, n, r, world)
+                assert got == sentence_shard(starts, n, r, world), (trial, world, r)
+                assert len(seen) <= 4 * (np.log2(n_sent + 2) + 2)

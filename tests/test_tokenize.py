@@ -15,7 +15,8 @@ import pytest
 from mpidwe.dist.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run
-from mpidwe.io.text import Boundary, ScanStats, TextOptions, describe_source, find_boundaries, scan_rank
+from mpidwe.io.text import (Boundary, ScanStats, TextOptions, describe_source, estimated_size, find_boundaries,
+    pieces_between, scan_rank, split_pieces)
 from mpidwe.preprocess.scan import RankScan
 from mpidwe.preprocess.tokens import TokenTable, pack
 
@@ -58,7 +59,7 @@ def python_scan(sources, lo, hi, opts):
 def compiled_scan(sources, lo, hi, opts):
     chunks = []
     scan = RankScan(opts, chunks.append)
-    scan.scan(sources, lo, hi)
+    scan.scan(sources, pieces_between(sources, lo, hi))
     table, raw_to_type = scan.canonical()
     words = table.words()
     raw = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
@@ -87,6 +88,46 @@ def test_compiled_scan_matches_the_python_path(tmp_path, seed):
                 assert a[0] == b[0], (mode, world, r)
                 assert a[1] == b[1], (mode, world, r)
                 assert a[2] == b[2], (mode, world, r)
+
+
+def test_whole_file_pieces_give_the_tokens_of_one_rank(tmp_path):
+    """Compressed inputs read whole (split_pieces, their sizes unknown) mixed with plain
+    ones cut at whitespace: the ranks' tokens and line ends, concatenated, are one rank's,
+    at 1 to 5 ranks; every compressed file is read by one rank only, whole."""
+    rng = random.Random(7)
+    paths = []
+    for k in range(5):
+        text = random_text(rng, rng.randint(0, 1500)) + rng.choice([b"", b"\n", b" "])
+        p = tmp_path / (f"in{k}.txt" + ("" if k == 2 else ".gz"))
+        p.write_bytes(text if k == 2 else gzip.compress(text))
+        paths.append(p)
+    sources = [describe_source(str(p), sized=False) for p in paths]
+    assert [s.size is None for s in sources] == [True, True, False, True, True]
+    opts = TextOptions(**MODES[0], block_bytes=4096)
+    one = compiled_scan_pieces(sources, [p for ps in split_pieces(sources, [1.0] * 5, 1) for p in ps], opts)
+    for world in (2, 3, 4, 5):
+        plan = split_pieces(sources, [estimated_size(s) for s in sources], world)
+        assert len(plan) == world
+        toks, ends = [], []
+        for pieces in plan:
+            for p in pieces:
+                assert sources[p.source].size is not None or (p.start, p.end) == (0, None)
+            t, e, _ = compiled_scan_pieces(sources, pieces, opts)
+            ends += [len(toks) + x for x in e]
+            toks += t
+        assert toks == one[0] and ends == one[1], world
+        assert sorted(p.source for ps in plan for p in ps if p.end is None) == [0, 1, 3, 4]
+
+
+def compiled_scan_pieces(sources, pieces, opts):
+    chunks = []
+    scan = RankScan(opts, chunks.append)
+    scan.scan(sources, pieces)
+    table, raw_to_type = scan.canonical()
+    words = table.words()
+    raw = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+    ends = np.concatenate(scan.line_ends).tolist() if scan.line_ends else []
+    return [words[i] for i in raw_to_type[raw]], ends, scan.stats
 
 
 def test_one_line_longer_than_a_block_and_a_doc_tag_across_blocks(tmp_path):

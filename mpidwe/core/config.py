@@ -235,8 +235,8 @@ class TrainConfig:
                           "row a batch updates n times has the sum of its updates divided by max(1, n lr "
                           "sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); --loss hs trains 4,096 "
                           "examples per batch (kernels/torch_hs.py)")
-    verify_corpus: bool = opt(True, "recompute the corpus id from the whole corpus before training (rank 0; "
-                              "about 0.3 s per 16M tokens) and refuse a damaged file")
+    verify_corpus: bool = opt(True, "check the corpus against its chunk digests before training (every rank "
+                              "its share of the chunks) and refuse a damaged file")
     block_tokens: int = opt(1 << 20, "tokens read from the corpus at a time (bounds memory)")
     log_every: int = opt(1, "write a metrics line every this many syncs")
     progress: bool = opt(True, "show a progress bar on rank 0 when standard error is a terminal (tqdm); "

@@ -26,11 +26,12 @@ import numpy as np
 from ..core.errors import InputError
 from .formats import SEAL_SIZE, check_format, check_seal, check_shape, check_stored, raw_extent, seal, unreadable
 from .fsutil import fsync_path
-from ..core.sharding import sentence_shard
+from . import corpus_id as cid
+from ..core.sharding import sentence_shard_by
 
 FORMAT = "mpidwe-corpus"
-FORMAT_VERSION = 2              # 2: segments (a corpus can grow); version 1 files still read
-FORMAT_OLDER = (1,)
+FORMAT_VERSION = 3              # 3: chunk digests (the id needs no serial pass); 2: segments
+FORMAT_OLDER = (1, 2)           # still read (their id is one stream over every token)
 
 # names of groups, datasets and attributes
 A_FORMAT = "format"
@@ -51,6 +52,9 @@ D_TOKENS = "tokens"
 D_SENTENCES = "sentences"
 D_SEGMENTS = "segments"        # int64 (S, 3): each segment's end token, end sentence, end vocabulary size
 A_SEGMENT_INFO = "segment_info"   # JSON list, one object per segment (inputs, counts, when, how)
+D_TOKEN_DIGESTS = "digests/tokens"        # version 3: uint8 (ceil(N / C), 32), SHA-256 of each chunk
+D_SENTENCE_DIGESTS = "digests/sentences"  # version 3: uint8 (ceil(S / C), 32)
+A_CHUNK_ITEMS = "digest_chunk_items"      # version 3: C, the items of a chunk
 
 COPY_ITEMS = 1 << 22           # items read or copied at a time when writing a corpus
 
@@ -173,54 +177,36 @@ def write_slice(out_path: str, offsets: tuple[int, int], token_start: int, token
     return written[0], written[1]
 
 
-HASH_BLOCK_BYTES = 1 << 24
+def slice_digests(out_path: str, offsets: tuple[int, int], n_tokens: int, n_sentences: int, rank: int,
+                  world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """After every slice is written: the digests of ``rank``'s share of the chunks of the
+    token ids and of the sentence starts (``corpus_id.chunk_range``), read back from the
+    file's bytes at ``offsets`` (``create_corpus``'s). Every rank digests its share at once."""
+    out, chunk = [], cid.CHUNK_ITEMS
+    for offset, itemsize, items in ((offsets[0], 4, n_tokens), (offsets[1], 8, n_sentences)):
+        first, last = cid.chunk_range(items, rank, world_size, chunk)
+        out.append(cid.chunk_digests(out_path, offset, itemsize, items, first, last, chunk))
+    return out[0], out[1]
 
 
-def _hash_range(fh, offset: int, nbytes: int, digest, buf: memoryview) -> None:
-    """Feed ``nbytes`` raw bytes of ``fh`` from ``offset`` to ``digest``, read into ``buf``
-    (one copy out of the page cache; the stored bytes are already little-endian, as the
-    digest wants them). Half the time of reading numpy blocks and copying them again."""
-    fh.seek(offset)
-    while nbytes:
-        n = fh.readinto(buf[:min(len(buf), nbytes)])
-        if not n:
-            raise OSError(f"{fh.name}: short read of {nbytes} bytes at {fh.tell()}")
-        digest.update(buf[:n])
-        nbytes -= n
-
-
-def finish_corpus(out_path: str) -> str:
-    """Rank 0, after every slice is written: the corpus id (sha256 of vocabulary, counts,
-    tokens and sentence starts, and of the segment table once there are several: the digest
-    ``Corpus.verify`` checks), stored in the file, which is then sealed and fsynced. Reads
-    the token ids and sentence starts back once, in blocks. Returns the corpus id."""
+def finish_corpus(out_path: str, token_digests: np.ndarray, sentence_digests: np.ndarray) -> str:
+    """Rank 0, with every chunk's digest (``slice_digests`` of every rank, in rank order):
+    stores them and the corpus id they make (``corpus_id.combined_id``: the id
+    ``Corpus.verify`` checks), seals and fsyncs the file. Reads no token. Returns the id."""
     with h5py.File(out_path, "r+") as f:
-        digest = hashlib.sha256("\n".join(w.decode("utf-8") if isinstance(w, bytes) else w
-                                          for w in f[D_WORDS][:]).encode("utf-8"))
-        digest.update(np.asarray(f[D_COUNTS][:], dtype=np.int64).tobytes())
-        segments = f[D_SEGMENTS][:]
-        extents = [raw_extent(f[D_TOKENS]), raw_extent(f[D_SENTENCES])]
-        sent_digest = hashlib.sha256()
-        buf = memoryview(bytearray(HASH_BLOCK_BYTES))
-        with open(out_path, "rb", buffering=0) as fh:
-            for (offset, nbytes), d in zip(extents, (digest, sent_digest)):
-                _hash_range(fh, offset, nbytes, d, buf)
-        corpus_id = finish_digest(digest, sent_digest, segments)
+        words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f[D_WORDS][:]]
+        n_tokens, n_sentences = int(f[D_TOKENS].shape[0]), int(f[D_SENTENCES].shape[0])
+        corpus_id = cid.combined_id(words, f[D_COUNTS][:], f[D_SEGMENTS][:], cid.CHUNK_ITEMS, n_tokens,
+                                    n_sentences, token_digests, sentence_digests)
+        f.create_dataset(D_TOKEN_DIGESTS, data=np.asarray(token_digests, dtype=np.uint8).reshape(-1, 32))
+        f.create_dataset(D_SENTENCE_DIGESTS, data=np.asarray(sentence_digests, dtype=np.uint8).reshape(-1, 32))
+        f.attrs[A_CHUNK_ITEMS] = cid.CHUNK_ITEMS
         f.attrs[A_CORPUS_ID] = corpus_id
         f.flush()
+        extents = [raw_extent(f[D_TOKENS]), raw_extent(f[D_SENTENCES])]
     seal(out_path, extents)
     fsync_path(out_path)
     return corpus_id
-
-
-def finish_digest(digest, sent_digest, segments: np.ndarray) -> str:
-    """The corpus id from the running digest (vocabulary, counts, tokens), the digest of the
-    sentence starts and the segment table. One segment adds nothing, so a corpus that never
-    grew has the id version 1 gave it."""
-    digest.update(sent_digest.digest())
-    if len(segments) > 1:
-        digest.update(np.ascontiguousarray(segments, dtype=np.int64).tobytes())
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------- reader
@@ -310,7 +296,8 @@ class Corpus:
     def _check(self) -> None:
         f, path = self._f, self.path
         self.version = check_format(f.attrs, path, FORMAT, FORMAT_VERSION, "corpus", older=FORMAT_OLDER)
-        for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES) + ((D_SEGMENTS,) if self.version >= 2 else ()):
+        for name in (D_WORDS, D_COUNTS, D_TOKENS, D_SENTENCES) + ((D_SEGMENTS,) if self.version >= 2 else ()) \
+                + ((D_TOKEN_DIGESTS, D_SENTENCE_DIGESTS) if self.version >= 3 else ()):
             if name not in f:
                 raise InputError(f"{path} is damaged: dataset /{name} is missing")
         check_stored(f, path, "corpus")        # before any dataset is read
@@ -340,6 +327,13 @@ class Corpus:
         else:
             table = np.array([[self.total_tokens, self.total_sentences, self.n_words]], dtype=np.int64)
         self.segment_table = table
+        if self.version >= 3:
+            chunk = f.attrs.get(A_CHUNK_ITEMS)
+            if not isinstance(chunk, (int, np.integer)) or chunk <= 0:
+                raise InputError(f"{path} is damaged: its attribute {A_CHUNK_ITEMS} is {chunk!r}")
+            for name, items in ((D_TOKEN_DIGESTS, self.total_tokens), (D_SENTENCE_DIGESTS, self.total_sentences)):
+                check_shape(path, name, f[name].shape, (cid.n_chunks(items, int(chunk)), cid.DIGEST_BYTES), "u",
+                            f[name].dtype)
 
     def _select(self, spec: str) -> None:
         a, b = segment_range(spec, len(self.segment_table))
@@ -367,26 +361,59 @@ class Corpus:
             return [{k: a.get(k) for k in (A_INPUTS, A_RAW_TOKENS, A_KEPT_TOKENS, A_CREATED, A_RANKS)}]
         return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
 
-    def verify(self, block: int = COPY_ITEMS) -> None:
-        """Recompute the corpus id from what is stored (vocabulary, counts, every token, the
-        sentence starts, the segments; the same digest ``finish_corpus`` made) and refuse a
-        mismatch: a flipped byte anywhere would otherwise train silently on wrong data.
-        Streams ``block`` tokens at a time; about 0.3 s for 16M tokens."""
-        f = self._f
+    def verify(self, rank: int = 0, world_size: int = 1) -> None:
+        """Check what is stored against the corpus id and refuse a mismatch: a flipped byte
+        anywhere would otherwise train silently on wrong data. Version 3: ``rank`` hashes its
+        share of the chunks (``corpus_id.chunk_range``: all of them when ``world_size`` is 1)
+        and compares each with its stored digest, naming the first that differs; rank 0 also
+        checks that the stored digests make the corpus id. Every rank of a job calls it at
+        once (``Comm.agree``), and none reads more than its share. Versions 1 and 2: rank 0
+        recomputes the id from every token (about 0.3 s for 16M tokens); the others wait."""
         try:
-            digest = hashlib.sha256("\n".join(self.words).encode("utf-8"))
-            digest.update(np.asarray(f[D_COUNTS][:], dtype=np.int64).tobytes())
-            tokens = f[D_TOKENS]
-            for a in range(0, self.total_tokens, block):
-                digest.update(np.asarray(tokens[a:a + block], dtype=np.int32).tobytes())
-            sent = hashlib.sha256()
-            starts = f[D_SENTENCES]
-            for a in range(0, self.total_sentences, block):
-                sent.update(np.asarray(starts[a:a + block], dtype=np.int64).tobytes())
-            found = finish_digest(digest, sent, self.segment_table)
+            if self.version >= 3:
+                self._verify_chunks(rank, world_size)
+            elif rank == 0:
+                self._verify_stream()
         except (OSError, ValueError, KeyError, UnicodeDecodeError) as e:
             raise InputError(f"{self.path} is damaged: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        if found != self.corpus_id:
+
+    def _verify_chunks(self, rank: int, world_size: int) -> None:
+        f, chunk = self._f, int(self._f.attrs[A_CHUNK_ITEMS])
+        for name, stored, itemsize, items in ((D_TOKENS, D_TOKEN_DIGESTS, 4, self.total_tokens),
+                                              (D_SENTENCES, D_SENTENCE_DIGESTS, 8, self.total_sentences)):
+            first, last = cid.chunk_range(items, rank, world_size, chunk)
+            if last <= first:
+                continue
+            if f[name].chunks is None:
+                found = cid.chunk_digests(self.path, raw_extent(f[name])[0], itemsize, items, first, last, chunk)
+            else:      # copied without the seal's contiguous layout: through HDF5
+                found = np.array([np.frombuffer(hashlib.sha256(np.asarray(
+                    f[name][k * chunk:(k + 1) * chunk], dtype=f"<i{itemsize}").tobytes()).digest(), np.uint8)
+                    for k in range(first, last)], dtype=np.uint8).reshape(-1, cid.DIGEST_BYTES)
+            bad = np.flatnonzero(np.any(found != f[stored][first:last], axis=1))
+            if len(bad):
+                k = first + int(bad[0])
+                what = "token ids" if name == D_TOKENS else "sentence starts"
+                raise InputError(f"{self.path} is damaged: chunk {k} of its {what} (items {k * chunk:,} to "
+                                 f"{min((k + 1) * chunk, items) - 1:,}) does not match its digest "
+                                 f"(preprocess it again)")
+        if rank == 0 and cid.combined_id(self.words, f[D_COUNTS][:], self.segment_table, chunk, self.total_tokens,
+                                         self.total_sentences, f[D_TOKEN_DIGESTS][:],
+                                         f[D_SENTENCE_DIGESTS][:]) != self.corpus_id:
+            raise InputError(f"{self.path} is damaged: its chunk digests do not match its corpus id "
+                             f"{self.corpus_id[:12]} (preprocess it again)")
+
+    def _verify_stream(self, block: int = COPY_ITEMS) -> None:
+        f = self._f
+        digest = cid.header_digest(self.words, f[D_COUNTS][:])
+        tokens = f[D_TOKENS]
+        for a in range(0, self.total_tokens, block):
+            digest.update(np.asarray(tokens[a:a + block], dtype="<i4").tobytes())
+        sent = hashlib.sha256()
+        starts = f[D_SENTENCES]
+        for a in range(0, self.total_sentences, block):
+            sent.update(np.asarray(starts[a:a + block], dtype="<i8").tobytes())
+        if cid.stream_id(digest, sent, self.segment_table) != self.corpus_id:
             raise InputError(f"{self.path} is damaged: its content does not match its corpus id "
                              f"{self.corpus_id[:12]} (preprocess it again)")
 
@@ -420,9 +447,10 @@ class Corpus:
     def shard(self, rank: int = 0, world_size: int = 1) -> Shard:
         """Rank's sentence-aligned part of the selected segments (positions in the whole file)."""
         s0, t0 = self.sentence_base, self.token_base
-        starts = (self._f[D_SENTENCES][s0:s0 + self.n_sentences] - t0 if self.n_sentences
-                  else np.zeros(0, np.int64))
-        a, b, i, j = sentence_shard(starts, self.n_tokens, rank, world_size)
+        sents = self._f[D_SENTENCES]
+        # a few sentence starts read where the cuts fall (a binary search), never all of them
+        a, b, i, j = sentence_shard_by(lambda k: int(sents[s0 + k]) - t0, self.n_sentences, self.n_tokens,
+                                       rank, world_size)
         return Shard(a + t0, b + t0, i + s0, j + s0)
 
     def read_tokens(self, start: int, end: int) -> np.ndarray:

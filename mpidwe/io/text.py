@@ -181,6 +181,25 @@ def describe_source(path: str, *, sized: bool = True, spool: str | None = None) 
         raise InputError(f"cannot read {path}: {e.strerror or e}") from None
 
 
+def estimated_size(source: Source) -> float:
+    """The uncompressed bytes of ``source``: its size when known, else an estimate that only
+    balances the ranks' shares (split_pieces): a gzip file's own trailer (its size modulo
+    2^32: a smaller one than the file is a larger file or the last of several members),
+    else 3 bytes a byte."""
+    if source.size is not None:
+        return float(source.size)
+    guess = 3.0 * source.file_bytes
+    if source.compression == "gzip" and source.file_bytes >= 18:
+        try:
+            with open(source.path, "rb") as fh:
+                fh.seek(-4, os.SEEK_END)
+                isize = int.from_bytes(fh.read(4), "little")
+        except OSError:
+            return guess
+        return float(isize) if isize >= source.file_bytes else guess
+    return guess
+
+
 def write_or_fail(fh, data, path: str) -> None:
     """``fh.write(data)``; a failure (a full disk) is an InputError naming ``path``."""
     try:
@@ -417,10 +436,85 @@ def scan_range(source: Source, start: int, end: int, line_start: bool, opts: Tex
 def scan_rank(sources: list[Source], lo: Boundary, hi: Boundary, opts: TextOptions,
               stats: ScanStats) -> Iterator[tuple[list[bytes], bool]]:
     """Tokens of the concatenated byte range [lo, hi) over all sources."""
-    base = 0
-    for src in sources:
+    return scan_pieces(sources, pieces_between(sources, lo, hi), opts, stats)
+
+
+def scan_pieces(sources: list[Source], pieces: list["Piece"], opts: TextOptions,
+                stats: ScanStats) -> Iterator[tuple[list[bytes], bool]]:
+    """Tokens of a rank's pieces, in order (every piece's source sized)."""
+    for p in pieces:
+        src = sources[p.source]
+        yield from scan_range(src, p.start, src.size if p.end is None else p.end, p.line_start, opts, stats)
+
+
+# ------------------------------------------------------------------------ rank pieces
+@dataclass(frozen=True)
+class Piece:
+    """A part of one source that one rank reads: bytes [start, end) of source ``source``
+    (``end`` None: to the end of the file, whose size is not known before it is read)."""
+
+    source: int
+    start: int
+    end: int | None
+    line_start: bool        # whether a line starts at ``start``
+
+
+def pieces_between(sources: list[Source], lo: Boundary, hi: Boundary) -> list[Piece]:
+    """The pieces of the concatenated byte range [lo, hi) over ``sources``. A source whose
+    size is None (one rank reads everything) is one whole piece."""
+    out, base = [], 0
+    for i, src in enumerate(sources):
+        if src.size is None:
+            out.append(Piece(i, 0, None, True))
+            continue
         a, b = max(lo.offset, base), min(hi.offset, base + src.size)
         if a < b:
-            line_start = lo.line_start if a == lo.offset else True
-            yield from scan_range(src, a - base, b - base, line_start, opts, stats)
+            out.append(Piece(i, a - base, b - base, lo.line_start if a == lo.offset else True))
         base += src.size
+    return out
+
+
+def split_pieces(sources: list[Source], weights: list[float], world_size: int) -> list[list[Piece]]:
+    """Every rank's pieces when a source of unknown size (a compressed file read once, by
+    one rank) cannot be split: the sources, in order, cut into ``world_size`` runs of about
+    equal ``weights`` (a source's expected uncompressed bytes). A cut inside a source of
+    known size moves forward to just after a newline or whitespace (as find_boundaries); a
+    cut inside one of unknown size moves to its nearer end. Pure function of the inputs'
+    sizes and bytes and ``world_size``; a rank may get nothing."""
+    starts = [0.0]
+    for w in weights:
+        starts.append(starts[-1] + w)
+    cuts = [(0, 0, True)]                  # (source, offset in it, line starts there)
+    for r in range(1, world_size):
+        target = starts[-1] * r / world_size
+        i = next((k for k in range(len(sources)) if starts[k] <= target < starts[k + 1]), len(sources))
+        if i == len(sources):
+            cut = (len(sources), 0, True)
+        elif sources[i].size is None or weights[i] <= 0:
+            cut = (i, 0, True) if target - starts[i] <= starts[i + 1] - target else (i + 1, 0, True)
+        else:
+            cut = _cut_in(sources[i], i, int(sources[i].size * (target - starts[i]) / weights[i]))
+        cuts.append(max(cut, cuts[-1]))
+    cuts.append((len(sources), 0, True))
+    out = []
+    for (a, off_a, line_a), (b, off_b, _) in zip(cuts, cuts[1:]):
+        mine = []
+        for i in range(a, min(b, len(sources) - 1) + 1):
+            start = off_a if i == a else 0
+            end = off_b if i == b else sources[i].size
+            if i == b and off_b == 0:
+                continue
+            if end is None or start < end:
+                mine.append(Piece(i, start, end, line_a if i == a else True))
+        out.append(mine)
+    return out
+
+
+def _cut_in(source: Source, index: int, local: int) -> tuple[int, int, bool]:
+    """A cut at or after byte ``local`` of a sized source (find_boundaries' rule); a cut at
+    its end is the start of the next source."""
+    if local <= 0:
+        return (index, 0, True)
+    with open_reader(source) as fh:
+        b = _boundary_after(fh, source.path, local, local, source.size)
+    return (index + 1, 0, True) if b.offset >= source.size else (index, b.offset, b.line_start)

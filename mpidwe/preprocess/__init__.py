@@ -1,7 +1,11 @@
 """``python -m mpidwe.preprocess``: raw text -> versioned HDF5 corpus, over P ranks.
 
-1. rank 0 checks the inputs, sizes them and splits their bytes into P ranges at
-   whitespace (text.find_boundaries); everyone gets the same plan;
+1. rank 0 checks the inputs (a folder or a glob pattern stands for its files, in name
+   order) and gives every rank its pieces: with at least P compressed inputs (a dump in
+   shards) each of them is read whole by one rank, which decompresses it itself, the
+   inputs cut into P runs of about equal size (text.split_pieces); otherwise the inputs
+   are sized (a compressed one decompressed to a plain copy) and their bytes split into P
+   ranges at whitespace (text.find_boundaries); everyone gets the same plan;
 2. pass 1: every rank counts the tokens of its range; counts are summed on rank 0, which
    fixes the vocabulary (count descending, ties by word) and broadcasts it;
 3. pass 2: every rank maps its tokens to ids and finds its line starts; an exclusive
@@ -10,7 +14,8 @@
 4. rank 0 creates the corpus under a temporary name with the token ids and sentence
    starts allocated; every rank writes its slices straight into the file's bytes (h5py
    here has no parallel HDF5, and needs none for this: the datasets are contiguous and
-   their offsets known); rank 0 reads them back once for the corpus id, seals, fsyncs
+   their offsets known); every rank reads back its share of fixed chunks of them and
+   digests each; rank 0 stores the digests and the corpus id they make, seals, fsyncs
    and renames the file into place. The result does not depend on P.
 
 Temporary files (the raw token ids between the passes, the corpus before its rename,
@@ -24,7 +29,8 @@ The modules, in the order a run uses them:
 - ``pipeline``: ``run``, the steps of a run over one ``RunState``;
 - ``output``: checks and lock of the output, ``--append``'s configuration, failed HDF5 writes;
   ``tempfiles``: the run's temporary files and the leftovers of killed runs;
-- ``inputs``: rank 0's plan of the inputs (streams copied, sizes, byte ranges);
+- ``inputs``: rank 0's plan of the inputs (folders and patterns expanded, streams copied,
+  whole files or byte ranges for each rank);
 - ``passes``: a rank's pass 1 (count) and pass 2 (final ids, line starts) with either
   engine, the spool of raw ids between them; ``scan`` and ``tokens``: the compiled
   engine's reader and token table (over kernels/tokenize.py);

@@ -1,35 +1,94 @@
-"""Rank 0's plan of the inputs: streams (standard input, pipes, FIFOs) copied to files, the
-inputs sized (a compressed input decompressed once, to a plain copy when several ranks read
-it), and their bytes split into one range a rank at whitespace (io.text.find_boundaries)."""
+"""Rank 0's plan of the inputs: the inputs named (a folder or a glob pattern stands for its
+files), streams (standard input, pipes, FIFOs) copied to files, the inputs sized, and
+their bytes given to the ranks, one run of pieces a rank (io.text.Piece).
+
+Two plans. When there are at least as many compressed inputs as ranks (a dump in
+shards), no input is decompressed before pass 1: each compressed file is read whole by
+one rank, which decompresses it as it tokenizes, and the inputs, in order, are cut into
+runs of about equal expected size (io.text.split_pieces). Otherwise (and for the Python
+engine) every input is sized first, a compressed input decompressed once to a plain copy
+when several ranks read it, and the byte space is cut into equal ranges at whitespace
+(io.text.find_boundaries). Either way the corpus is the same: it depends on the inputs'
+order, never on where the ranks' pieces end."""
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 import sys
 
 from ..core.errors import InputError
 from ..io.fsutil import reason
-from ..io.text import Boundary, Source, close_or_fail, describe_source, find_boundaries, write_or_fail
+from ..io.text import (Piece, Source, close_or_fail, describe_source, estimated_size, find_boundaries,
+    pieces_between, split_pieces, write_or_fail)
+
+_GLOB_CHARS = "*?["
 
 
-def plan_inputs(inputs, spools: list[str], compiled: bool, ranks: int) -> tuple[list[Source], list[Boundary]]:
-    """Rank 0: the sources of ``inputs`` and the ``ranks + 1`` boundaries of their byte
-    ranges. ``spools``: the temporary paths for copies of streams (one slot per input), then
-    for plain copies of compressed inputs. The compiled engine on one rank streams a
-    compressed input once (its size then None until it is read); several ranks read a
-    plain copy of it."""
+def expand_inputs(inputs) -> tuple[str, ...]:
+    """The input files that ``inputs`` names, in order: a folder stands for the files in it
+    (not those whose name starts with a dot, nor subfolders), a pattern with ``*``, ``?``
+    or ``[`` that is no existing path for the paths it matches; both in name order (byte
+    order: name shards with zero-padded numbers). A folder without files or a pattern that
+    matches nothing is an error."""
+    out: list[str] = []
+    for p in inputs:
+        if p != "-" and os.path.isdir(p):
+            names = sorted(n for n in os.listdir(p) if not n.startswith(".") and
+                           not os.path.isdir(os.path.join(p, n)))
+            if not names:
+                raise InputError(f"input directory {p} holds no files")
+            out.extend(os.path.join(p, n) for n in names)
+        elif p != "-" and any(c in p for c in _GLOB_CHARS) and not os.path.lexists(p):
+            found = sorted(m for m in glob.glob(p) if not os.path.isdir(m))
+            if not found:
+                raise InputError(f"no input file matches {p}")
+            out.extend(found)
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+def whole_files(inputs, compiled: bool, ranks: int) -> bool:
+    """Whether compressed inputs are read whole, each by one rank (see the module's
+    docstring): the compiled engine on several ranks, with at least as many compressed
+    inputs as ranks."""
+    if not compiled or ranks == 1:
+        return False
+    from ..io.text import detect_compression
+
+    n = 0
+    for p in inputs:
+        if p != "-" and os.path.isfile(p):
+            try:
+                n += detect_compression(p) != "none"
+            except OSError:      # describe_source says what is wrong with it
+                return False
+    return n >= ranks
+
+
+def plan_inputs(inputs, spools: list[str], compiled: bool, ranks: int) -> tuple[list[Source], list[list[Piece]]]:
+    """Rank 0: the sources of ``inputs`` and every rank's pieces. ``spools``: the temporary
+    paths for copies of streams (one slot per input), then for plain copies of compressed
+    inputs. The compiled engine on one rank streams a compressed input once (its size then
+    None until it is read); several ranks read a plain copy of it, unless compressed
+    inputs are read whole (``whole_files``)."""
     n_in = len(inputs)
+    whole = whole_files(inputs, compiled, ranks)
     sources = []
     for i, p in enumerate(inputs):
         if p == "-" or _is_stream(p):
             p = _spool_input(p, spools[i])
         # one rank streams a compressed input once; several read a plain copy of it
-        sources.append(describe_source(p, sized=not compiled or ranks > 1,
-                                       spool=spools[n_in + i] if compiled and ranks > 1 else None))
+        copy = compiled and ranks > 1 and not whole
+        sources.append(describe_source(p, sized=not compiled or copy, spool=spools[n_in + i] if copy else None))
     if all(s.size is not None for s in sources) and sum(s.size for s in sources) == 0:
         raise InputError("input is empty (0 bytes)")
-    return sources, find_boundaries(sources, ranks)
+    if whole:
+        return sources, split_pieces(sources, [estimated_size(s) for s in sources], ranks)
+    bounds = find_boundaries(sources, ranks)
+    return sources, [pieces_between(sources, bounds[r], bounds[r + 1]) for r in range(ranks)]
 
 
 def _is_stream(path: str) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..io.fsutil import reason
-from ..io.text import Boundary, ScanStats, Source, TextOptions, close_or_fail, scan_rank, write_or_fail
+from ..io.text import Piece, ScanStats, Source, TextOptions, close_or_fail, scan_pieces, write_or_fail
 from .scan import RankScan
 from .tokens import TokenTable
 
@@ -60,22 +60,22 @@ class RankIds:
 
 
 # ------------------------------------------------------------ the Python engine
-def count_tokens(sources, lo, hi, opts) -> tuple[collections.Counter, ScanStats]:
+def count_tokens(sources, pieces, opts) -> tuple[collections.Counter, ScanStats]:
     """Pass 1 of the Python engine: this rank's token counts and scan statistics."""
     counter: collections.Counter = collections.Counter()
     stats = ScanStats()
-    for toks, _ in scan_rank(sources, lo, hi, opts, stats):
+    for toks, _ in scan_pieces(sources, pieces, opts, stats):
         counter.update(toks)
     return counter, stats
 
 
-def final_ids(sources, lo, hi, opts, lookup: dict[bytes, int], spool: IdSpool) -> RankIds:
+def final_ids(sources, pieces, opts, lookup: dict[bytes, int], spool: IdSpool) -> RankIds:
     """Pass 2 of the Python engine: this rank's final ids (out-of-vocabulary tokens dropped)
     into ``spool``, and its line starts."""
     stats = ScanStats()
     lines: list[int] = []
     get = lookup.get
-    for toks, newline in scan_rank(sources, lo, hi, opts, stats):
+    for toks, newline in scan_pieces(sources, pieces, opts, stats):
         if toks:
             arr = np.fromiter(map(get, toks, itertools.repeat(-1, len(toks))), dtype=np.int64, count=len(toks))
             spool.write(arr[arr >= 0].astype(np.int32))
@@ -97,14 +97,14 @@ class CompiledCount:
     raw_to_type: np.ndarray
 
 
-def count_compiled(sources: list[Source], lo: Boundary, hi: Boundary, opts: TextOptions,
+def count_compiled(sources: list[Source], pieces: list[Piece], opts: TextOptions,
                    spool_path: str) -> CompiledCount:
     """Pass 1 with the compiled tokenizer: raw token ids into a new IdSpool at
     ``spool_path`` (closed, whatever happens), the distinct tokens counted."""
     spool = IdSpool(spool_path)
     try:
         scan = RankScan(opts, spool.write)
-        scan.scan(sources, lo, hi)
+        scan.scan(sources, pieces)
     finally:
         spool.close()
     table, raw_to_type = scan.canonical()

@@ -2,7 +2,7 @@
 making the same collectives in the same order:
 
     plan_ranges -> count_tokens_of_ranks -> fix_vocabulary -> map_ids -> place_slices
-    -> create_file -> write_slices -> seal_and_rename
+    -> create_file -> write_slices -> digest_chunks -> seal_and_rename
 
 A step that fails with a user error on any rank (an ``InputError``: bad input, a full
 disk) fails on every rank at the same collective (``Comm.agree``), and ``_locked_run``
@@ -25,10 +25,10 @@ from ..core.errors import InputError
 from ..dist import deathwatch
 from ..dist.comm import Comm
 from ..io import corpus as corpus_io
-from ..io.fsutil import file_sha256, fsync_dir
-from ..io.text import Boundary, ScanStats, Source, TextOptions
+from ..io.fsutil import file_sha256, fsync_dir, reason
+from ..io.text import Piece, ScanStats, Source, TextOptions
 from ..version import __version__
-from .inputs import plan_inputs
+from .inputs import expand_inputs, plan_inputs
 from .output import appended_config, died_marker, disk_full, lock_output, start_run
 from .passes import (CompiledCount, IdSpool, RankIds, count_compiled, count_tokens, final_ids,
     final_ids_compiled)
@@ -61,8 +61,7 @@ class RunState:
     # plan_ranges
     sources: list[Source] | None = None
     opts: TextOptions | None = None
-    lo: Boundary | None = None      # this rank's byte range [lo, hi)
-    hi: Boundary | None = None
+    pieces: list[Piece] | None = None   # what this rank reads
     # count_tokens_of_ranks
     counted: CompiledCount | None = None   # the compiled engine's pass 1, for its pass 2
     total: object = None            # rank 0: the merged counts (TokenTable or Counter) until fix_vocabulary
@@ -80,6 +79,8 @@ class RunState:
     # create_file
     base: corpus_io.Corpus | None = None   # rank 0, --append: the corpus grown
     layout: Layout | None = None
+    # digest_chunks
+    digests: tuple[np.ndarray, np.ndarray] | None = None   # rank 0: every chunk's (tokens, sentences)
 
 
 def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled") -> dict:
@@ -88,6 +89,8 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled
     write the same corpus."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
+    # a folder or a glob pattern stands for its files, in name order
+    cfg = comm.on_root(lambda: dataclasses.replace(cfg, inputs=expand_inputs(cfg.inputs)))
     if cfg.append:
         cfg = comm.on_root(appended_config, cfg)
     lock = comm.on_root(lock_output, cfg, log, broadcast=False)
@@ -143,6 +146,7 @@ def run_steps(st: RunState, comm: Comm) -> dict | None:
     try:
         create_file(st, comm)
         write_slices(st, comm)
+        digest_chunks(st, comm)
         return seal_and_rename(st, comm)
     finally:
         if st.base is not None:
@@ -151,25 +155,27 @@ def run_steps(st: RunState, comm: Comm) -> dict | None:
 
 # ---------------------------------------------------------------------------- steps
 def plan_ranges(st: RunState, comm: Comm) -> None:
-    """Rank 0 copies streams to files, sizes the inputs and splits their bytes into one range
-    a rank, at whitespace; every rank gets the plan."""
+    """Rank 0 copies streams to files, sizes the inputs and gives every rank its pieces:
+    whole compressed files, or byte ranges cut at whitespace (inputs.plan_inputs); every
+    rank gets the plan."""
     cfg = st.cfg
-    st.sources, bounds = comm.on_root(plan_inputs, cfg.inputs, st.paths.spools, st.compiled, comm.size)
+    st.sources, pieces = comm.on_root(plan_inputs, cfg.inputs, st.paths.spools, st.compiled, comm.size)
     st.opts = TextOptions(cfg.normalize, cfg.lowercase, cfg.strip_doc_tags, cfg.block_bytes)
-    st.lo, st.hi = bounds[comm.rank], bounds[comm.rank + 1]
+    st.pieces = pieces[comm.rank]
 
 
 def count_tokens_of_ranks(st: RunState, comm: Comm) -> None:
     """Pass 1: every rank counts the tokens of its range; rank 0 merges the counts."""
     if st.compiled:
-        st.counted = comm.agree(count_compiled, st.sources, st.lo, st.hi, st.opts, st.paths.ids[comm.rank])
+        st.counted = comm.agree(count_compiled, st.sources, st.pieces, st.opts, st.paths.ids[comm.rank])
         gathered = comm.gather((st.counted.table.arrays(), st.counted.scan.stats, st.counted.scan.sizes))
         if comm.is_root:
-            for i, size in gathered[0][2].items():    # sources streamed by the one rank
-                st.sources[i] = dataclasses.replace(st.sources[i], size=size)
+            for g in gathered:           # the sizes of the sources read whole, by whichever rank
+                for i, size in g[2].items():
+                    st.sources[i] = dataclasses.replace(st.sources[i], size=size)
             st.total, st.totals = merge_tables([g[:2] for g in gathered])
     else:
-        counter, stats = comm.agree(count_tokens, st.sources, st.lo, st.hi, st.opts)
+        counter, stats = comm.agree(count_tokens, st.sources, st.pieces, st.opts)
         gathered = comm.gather((counter, stats))
         del counter
         if comm.is_root:
@@ -178,9 +184,18 @@ def count_tokens_of_ranks(st: RunState, comm: Comm) -> None:
 
 
 def fix_vocabulary(st: RunState, comm: Comm) -> None:
-    """Rank 0 fixes the vocabulary (count descending, ties by word) and broadcasts it."""
+    """Rank 0 fixes the vocabulary (count descending, ties by word) and broadcasts it. A
+    corpus grown (--append) is verified first, every rank its share of the chunks: a
+    damaged corpus is never carried into a new one."""
+    if st.cfg.append:
+        comm.agree(_verify_base, st.cfg.append, comm.rank, comm.size)
     st.words, st.counts = comm.on_root(_vocabulary, st)
     st.total = None
+
+
+def _verify_base(path: str, rank: int, ranks: int) -> None:
+    with corpus_io.Corpus(path) as base:
+        base.verify(rank, ranks)
 
 
 def _vocabulary(st: RunState):
@@ -201,7 +216,7 @@ def _final_ids(st: RunState, rank: int) -> RankIds:
     if st.compiled:
         return final_ids_compiled(st.counted, st.words)
     lookup = {w: i for i, w in enumerate(st.words)}
-    return final_ids(st.sources, st.lo, st.hi, st.opts, lookup, IdSpool(st.paths.ids[rank]))
+    return final_ids(st.sources, st.pieces, st.opts, lookup, IdSpool(st.paths.ids[rank]))
 
 
 def place_slices(st: RunState, comm: Comm) -> None:
@@ -293,16 +308,35 @@ def _write_slice(st: RunState, token_start: int, sentence_start: int) -> None:
         raise disk_full(st.cfg.output, e) from None
 
 
+def digest_chunks(st: RunState, comm: Comm) -> None:
+    """Every rank digests its share of the chunks of the written token ids and sentence
+    starts (read back from the file, after every rank wrote), and rank 0 gathers them in
+    order: the corpus id needs no pass over the whole corpus on one rank."""
+    n_tokens = st.layout.old_tokens + sum(k for k, _ in st.kept)
+    n_sentences = st.layout.old_sentences + sum(st.n_sentences)
+    mine = comm.agree(_slice_digests, st, n_tokens, n_sentences, comm.rank, comm.size)
+    every = comm.gather(mine)
+    if comm.is_root:
+        st.digests = tuple(np.concatenate([d[k] for d in every]) for k in (0, 1))
+
+
+def _slice_digests(st: RunState, n_tokens: int, n_sentences: int, rank: int, ranks: int):
+    try:
+        return corpus_io.slice_digests(st.paths.corpus, st.layout.offsets, n_tokens, n_sentences, rank, ranks)
+    except OSError as e:
+        raise InputError(f"cannot read back {st.paths.corpus}: {reason(e)}") from None
+
+
 def seal_and_rename(st: RunState, comm: Comm) -> dict | None:
-    """Rank 0 reads the slices back once for the corpus id, seals and fsyncs the file and
-    renames it into place; its summary (None on the other ranks)."""
+    """Rank 0 stores the chunk digests and the corpus id they make, seals and fsyncs the
+    file and renames it into place; its summary (None on the other ranks)."""
     return comm.on_root(_seal_and_rename, st, comm.size, broadcast=False)
 
 
 def _seal_and_rename(st: RunState, ranks: int) -> dict:
     output = st.cfg.output
     try:
-        corpus_id = corpus_io.finish_corpus(st.paths.corpus)
+        corpus_id = corpus_io.finish_corpus(st.paths.corpus, *st.digests)
         if st.base is not None:
             st.base.close()
         os.replace(st.paths.corpus, output)    # a reader of the old corpus keeps reading the old file

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import InputError
-from ..io.text import (DOC_LINE_MAX, Boundary, ScanStats, Source, TextOptions, last_whitespace_end, open_reader,
+from ..io.text import (DOC_LINE_MAX, Piece, ScanStats, Source, TextOptions, last_whitespace_end, open_reader,
     read_or_fail)
 from .tokens import TokenTable, pack
 
@@ -45,19 +45,14 @@ class RankScan:
         return ScanStats(raw_tokens=int(self._stats[0]), invalid_utf8=int(self._stats[1]),
                          doc_lines=int(self._stats[2]))
 
-    def scan(self, sources: list[Source], lo: Boundary, hi: Boundary) -> None:
-        """Tokens of the concatenated byte range [lo, hi) over all sources (as scan_rank).
-        A source whose size is None (a compressed input not sized first: one rank only) is
-        read to its end, and its size noted in ``sizes``."""
-        base = 0
-        for i, src in enumerate(sources):
-            if src.size is None:
-                self.sizes[i] = self._range(src, 0, None, True)
-                continue
-            a, b = max(lo.offset, base), min(hi.offset, base + src.size)
-            if a < b:
-                self._range(src, a - base, b - base, lo.line_start if a == lo.offset else True)
-            base += src.size
+    def scan(self, sources: list[Source], pieces: list[Piece]) -> None:
+        """Tokens of this rank's pieces, in order (as text.scan_pieces). A piece with no
+        end (a compressed input read whole by this rank, not sized first) is read to the
+        end of its file, and the file's size noted in ``sizes``."""
+        for p in pieces:
+            n = self._range(sources[p.source], p.start, p.end, p.line_start)
+            if p.end is None:
+                self.sizes[p.source] = n
 
     def _range(self, source: Source, start: int, end: int | None, line_start: bool) -> int:  # noqa: C901
         """One source's bytes [start, end) (end None: to the end of the file); returns the

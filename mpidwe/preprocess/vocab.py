@@ -108,8 +108,7 @@ def choose_vocabulary(cfg: PreprocessConfig, total, totals: ScanStats):
     if cfg.append:     # the corpus's vocabulary, extended
         compiled = isinstance(total, TokenTable)
         seen = zip(total.words(), total.counts[: len(total)].tolist()) if compiled else total.items()
-        with corpus_io.Corpus(cfg.append) as base:
-            base.verify()      # never carry a damaged corpus into a new one
+        with corpus_io.Corpus(cfg.append) as base:   # verified by every rank before (pipeline)
             old = [w.encode("utf-8") for w in base.words]
             return grow_vocab(old, base.counts, seen, cfg.min_count, cfg.max_vocab)
     if isinstance(total, TokenTable):

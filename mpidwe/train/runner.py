@@ -96,8 +96,8 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
     corpus = comm.agree(Corpus, corpus_path, cfg.segments)
     try:
-        if cfg.verify_corpus:
-            comm.on_root(corpus.verify, broadcast=False)
+        if cfg.verify_corpus:       # every rank its share of the chunks; a bad one stops all
+            comm.agree(corpus.verify, comm.rank, comm.size)
         if stop is not None:
             return _train(cfg, comm, corpus, log, stop, compute)
         with StopRequest() as own:
