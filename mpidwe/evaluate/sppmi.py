@@ -174,10 +174,11 @@ def factorize(matrix: sp.spmatrix, dim: int, alpha: float = 0.5,
 def compute_reference(corpus: Corpus, spec: ReferenceSpec, comm: Comm, *,
                       block_tokens: int = 1 << 20, log=None) -> refcache.CachedReference | None:
     """Count on every rank, then PMI and SVD on rank 0 (returns None on the other ranks).
-    Rank 0 first checks the corpus against its id: the cache is keyed by that id, so a
-    reference counted from damaged tokens under it would be reused as the corpus's own."""
+    Every rank first checks its share of the corpus against its id: the cache is keyed by
+    that id, so a reference counted from damaged tokens under it would be reused as the
+    corpus's own."""
     n = spec.check(corpus.n_words)
-    comm.on_root(corpus.verify, broadcast=False)
+    comm.agree(corpus.verify, comm.rank, comm.size)
     key = refcache.ReferenceKey(corpus.corpus_id, spec.window, spec.negatives, spec.dim, n, spec.alpha)
     t0 = time.perf_counter()
     local = comm.agree(count_cooccurrences, corpus, spec.window, n, rank=comm.rank,
