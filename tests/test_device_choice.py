@@ -119,6 +119,15 @@ def test_auto_on_a_node_with_cuda_chooses_the_torch_kernel_on_cuda_n(two_gpus):
     assert torchdist.backend_for(device) == "nccl" and torchdist.backend_for("cpu") == "gloo"
 
 
+def test_auto_on_cuda_refuses_what_the_device_store_cannot_do(two_gpus):
+    """--kernel auto picks torch on a CUDA node, whose store has no tiers and no overlap:
+    said in one line, not ignored (config.py can only check a kernel the user names)."""
+    for kw, flag in (({"sync_full": 8, "sync": "dense"}, "--sync-full"), ({"overlap": True}, "--overlap")):
+        with pytest.raises(ConfigError, match=f"^{flag} needs the numba kernel on the CPU"):
+            choose_compute(cfg(**kw), Comm.serial())
+        assert choose_compute(cfg(device="cpu", **kw), Comm.serial()).kernel == "numba"
+
+
 def test_on_cuda_the_store_puts_the_parameters_on_the_gpu(two_gpus, monkeypatch):
     """The whole choice on a (mocked) CUDA node: the plan's device and kernel give the device
     store, whose parameters and touched masks are created on cuda:0 (the mock records where

@@ -177,9 +177,15 @@ def resolve_kernel(cfg: TrainConfig, device: str) -> tuple[str, str]:
 
 
 def resolve_exchange(cfg: TrainConfig, kernel: str) -> None:
+    """Refuse what the kernel ``--kernel auto`` chose cannot do (config.py checks only the
+    kernel a user names): the device store has no tiers and no overlapped exchange."""
     if cfg.exchange == "torch" and kernel != "torch":
         raise ConfigError(f"--exchange torch moves the torch kernel's rows, but this run trains with {kernel} "
                           f"(--kernel auto on a CPU); give --kernel torch or leave out --exchange")
+    if kernel != "numba" and (cfg.sync_full > 1 or cfg.overlap):
+        flag = "--sync-full" if cfg.sync_full > 1 else "--overlap"
+        raise ConfigError(f"{flag} needs the numba kernel on the CPU, but --kernel {cfg.kernel} chose {kernel} "
+                          f"on this GPU node; give --kernel numba --device cpu or leave out {flag}")
 
 
 @dataclass(frozen=True)
