@@ -108,7 +108,7 @@ def test_summary_line_says_what_bounded_the_round():
     r = dict(loss="ns", negative=5, subwords=False, store="sharded", balance="off", model="skipgram", dim=100,
              window=5, epochs=1, words_total=8_000_000, vocab_size=1_526_844, corpus="c.h5", ranks=4, threads=1,
              kernel="numba", device="cpu", sync="sparse", sync_every=42_684, lr=0.025, lr_scale=4,
-             round_bound="memory", memory_budget_mb=1_059)
+             round_bound="memory", memory_budget_mb=1_059, compute_choice="", exchange="mpi")
     line = summary_line(r, "run/config.json")
     assert "every 42,684 words (bounded by the memory; memory budget 1,059 MB per rank)" in line
     del r["round_bound"]
