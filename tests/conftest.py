@@ -172,6 +172,18 @@ def _rank_environment(request, monkeypatch):
     yield
 
 
+@pytest.fixture
+def torch_one_thread():
+    """torch on one thread for the test (the kernels' op counts and sums do not depend on
+    the machine's cores), restored after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def made_once(key: str, make, setenv=os.environ.__setitem__) -> Path:
     """A file or folder that every rank of a job reads: in the serial pytest, ``make()``'s
     result, whose path its ranks then find in the environment variable ``key``; on a rank

@@ -29,12 +29,7 @@ def demo(tmp_path_factory):
                      lambda: make_demo_corpus(tmp_path_factory.mktemp("demo"), tokens=300_000, seed=5))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @contextlib.contextmanager
