@@ -1,6 +1,6 @@
 """Quality against the number of ranks, for every sync mode (docs/sync-modes.md).
 
-    python benchmarks/ranks.py demo   [--ranks 1 2 4 8 16] [--modes sparse dense average]
+    python benchmarks/ranks.py demo   [--ranks 1 2 4 8 16] [--modes auto sparse dense average]
     python benchmarks/ranks.py enwiki [--ranks 1 2 4 8]
 
 ``demo``: the demo corpus (3M tokens, planted answer key; made under --workdir if missing),
@@ -108,7 +108,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("corpus", choices=["demo", "enwiki"])
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="default: 1 2 4 8 16 (demo), 1 2 4 8 (enwiki)")
-    p.add_argument("--modes", nargs="+", default=["sparse", "dense", "average"])
+    p.add_argument("--modes", nargs="+", default=["auto", "sparse", "dense", "average"])
     p.add_argument("--workdir", default="bench-work/ranks")
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("extra", nargs="*", help="more train flags, after --")

@@ -8,7 +8,8 @@ mode), all on the same corpus and settings (benchmarks/train.py leaves them in i
 From them the model takes:
 
 - r, the compute rate of one rank (words/s, training loop without communication);
-- per sync and rank, the bytes each mode sends, split into a part that does not grow with P
+- per sync and rank, the bytes each mode sends (``auto``, the default, is modelled as the
+  cheaper of the two by its rule once a sparse and a dense run are given), split into a part that does not grow with P
   (dense and average: the matrices, 2(P-1)/P of them) and, for sparse, the rows one rank
   touches between two syncs (k rows of both matrices), which every other rank receives:
   (P-1) k (4 + 4 dim) bytes per matrix;
@@ -112,6 +113,8 @@ def main() -> int:
               f"communication, {1e3 * array_s:.0f} ms of array work per sync")
 
     modes = [m for m in ("dense", "sparse", "average") if m in measured] or ["dense", "sparse", "average"]
+    if "dense" in modes and "sparse" in modes:
+        modes.append("auto")       # the default: per sync whichever of the two walks fewer rows
     print(f"\n{'P':>4s} {'words/rank between syncs':>25s} {'syncs/epoch':>12s} {'sparse rows/rank':>17s}")
     for p in a.ranks:
         every = auto_sync_every(vocab, p)
@@ -128,6 +131,8 @@ def main() -> int:
             k = touched_rows(counts, keep, cfg1["negative"], every)
             row, share = [], []
             for m in modes:
+                if m == "auto":      # mpidwe.dist.rule.dense_pays, both matrices at once
+                    m = "dense" if p * k >= 2 * vocab else "sparse"
                 handled = p * k if m == "sparse" else 2 * vocab        # rows the sync's array work touches
                 per_sync = (model_bytes(m, p, vocab, dim, k) / bw + 2 * (p - 1) * ALPHA
                             + array_per_row.get(m, 0.0) * handled) if p > 1 else 0.0

@@ -66,17 +66,19 @@ def write_text(path: str) -> None:
 
 
 def warm_sync(cfg: TrainConfig, dim: int) -> None:
-    """One multi-rank sync of ``cfg.sync`` over the two ranks of an :class:`Echo`."""
+    """One multi-rank sync of ``cfg.sync`` over the two ranks of an :class:`Echo` (``auto``:
+    two, a third of the rows touched, which goes sparse, then every row, which goes dense)."""
     from .dist.replicated import Synchronizer
 
     rng = np.random.default_rng(0)
     params = [rng.standard_normal((TEXT_WORDS, dim)).astype(np.float32) for _ in range(2)]
     syncer = Synchronizer(Echo(), params, mode=cfg.sync, scale=2, allreduce=cfg.allreduce, wire=cfg.wire)
-    touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]
-    for p, t in zip(params, touched):
-        p[::3] += 0.01
-        t[::3] = 1
-    syncer.sync(params, touched)
+    for step in ((3,) if cfg.sync != "auto" else (3, 1)):
+        touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]
+        for p, t in zip(params, touched):
+            p[::step] += 0.01
+            t[::step] = 1
+        syncer.sync(params, touched)
 
 
 def warm(cfg: TrainConfig, log=print) -> dict:

@@ -57,7 +57,7 @@ def test_a_string_for_a_list_suggests_the_list_form(tmp_path):
 
 @pytest.mark.parametrize("text, expected", [
     ('model = "sg"\n', "--model must be one of skipgram, cbow, got 'sg'"),
-    ('sync = "DENSE"\n', "--sync must be one of dense, sparse, average, got 'DENSE'"),
+    ('sync = "DENSE"\n', "--sync must be one of auto, dense, sparse, average, got 'DENSE'"),
     ('kernel = "cuda"\n', "--kernel must be one of auto, numba, torch, triton, got 'cuda'"),
 ])
 def test_bad_choices_in_toml_are_refused(tmp_path, text, expected):

@@ -314,7 +314,7 @@ def test_the_first_log_line_is_a_short_summary_and_config_json_keeps_everything(
     assert len(first) < 400 and "{" not in first, first
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     for part in ("skipgram, dim 24, window 3, negative 5, 1 epoch(s) of ", f"(vocabulary {config['vocab_size']:,})",
-                 "1 rank(s) x 1 thread(s), numba on cpu (auto: no NVIDIA GPU found), sync sparse every ",
+                 "1 rank(s) x 1 thread(s), numba on cpu (auto: no NVIDIA GPU found), sync auto every ",
                  f"every setting: {tmp_path / 'run' / 'config.json'}"):
         assert part in first, first
     assert config["dim"] == 24 and config["window"] == 3 and len(json.dumps(config)) > 1000

@@ -7,7 +7,7 @@ import pytest
 from mpidwe.dist.comm import Comm
 from mpidwe.core.errors import ConfigError
 from mpidwe.dist.replicated import Synchronizer
-from mpidwe.dist.rule import _apply_rows, lr_scale, row_divisors
+from mpidwe.dist.rule import _apply_rows, dense_pays, lr_scale, row_divisors
 
 
 def test_lr_scale_is_linear_up_to_the_stable_cap():
@@ -17,7 +17,7 @@ def test_lr_scale_is_linear_up_to_the_stable_cap():
     assert lr_scale("sparse", 8, 0.2, 0.1) == 1          # --lr above the cap: no scaling
     assert lr_scale("average", 4, 0.025, 0.1) == 4
     assert [lr_scale("sparse", p, 0.025, 0.05) for p in (1, 2, 4, 8)] == [1, 2, 2, 2]   # --loss hs's default
-    with pytest.raises(ConfigError, match="--sync average trains every rank at P x --lr.*use --sync sparse"):
+    with pytest.raises(ConfigError, match="--sync average trains every rank at P x --lr.*use --sync auto"):
         lr_scale("average", 8, 0.025, 0.1)
 
 
@@ -67,3 +67,9 @@ def test_serial_sync_clears_masks_and_reports_the_largest_value():
     m[0][1] = 1
     assert s.sync(p, m) == np.inf
 
+
+
+def test_auto_goes_dense_once_the_padded_blocks_walk_as_many_rows_as_the_matrix():
+    assert not dense_pays([10, 20], 41) and dense_pays([10, 20], 40)     # 2 x 20 rows walked by sparse
+    assert dense_pays(np.array([0, 0, 0, 25]), 100) and not dense_pays(np.array([24, 24, 24, 24]), 97)
+    assert not dense_pays([0, 0], 0) and not dense_pays([0, 0], 10)      # nothing to combine: sparse's no-op

@@ -64,7 +64,7 @@ def _cfg(*flags):
     (["--sync-full", "3"], "--sync-full must be a power of 2"),
     (["--sync-full", "0"], "--sync-full must be a power of 2"),
     (["--sync-hot", "0", "--sync-full", "4"], "--sync-hot must be >= 1"),
-    (["--wire", "int8"], "--wire bf16 or int8 encodes the rows of --sync dense"),
+    (["--wire", "int8", "--sync", "sparse"], "--wire bf16 or int8 encodes the rows of --sync dense"),
     (["--sync-full", "4", "--store", "sharded"], "--sync-full > 1 combines rows in tiers"),
     (["--sync-full", "4", "--sync", "average"], "--sync-full > 1 combines rows in tiers"),
 ])

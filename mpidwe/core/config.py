@@ -168,11 +168,12 @@ class TrainConfig:
     maxn: int = opt(6, "--subwords: longest character n-gram (fastText -maxn)")
     buckets: int = opt(2_000_000, "--subwords: hash buckets, i.e. n-gram rows of the input matrix (fastText -bucket)")
     seed: int = opt(1, "random seed (initialisation, subsampling, windows, negatives)")
-    sync: str = opt("sparse", "what travels when ranks combine: sparse (only rows some rank touched), "
-                    "dense (all-reduce of the whole matrices) or average (whole matrices, classic model "
-                    "averaging: every row divided by P); sparse and dense average the rows many ranks "
+    sync: str = opt("auto", "what travels when ranks combine: sparse (only rows some rank touched), "
+                    "dense (all-reduce of the whole matrices), auto (per sync, whichever of those two walks "
+                    "fewer rows: the same model) or average (whole matrices, classic model "
+                    "averaging: every row divided by P); auto, sparse and dense average the rows many ranks "
                     "touched and keep the full step of rows one rank touched (docs/sync-modes.md)",
-                    choices=["dense", "sparse", "average"])
+                    choices=["auto", "dense", "sparse", "average"])
     sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 2 ranks and "
                           "2 W / P^2 beyond, with W = min(2,000,000, 80 x the vocabulary size), and at "
                           "least 5,000 (docs/sync-modes.md)")
@@ -181,7 +182,7 @@ class TrainConfig:
                               "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/sync-modes.md)")
-    wire: str = opt("fp32", "--sync dense: how changed rows travel: fp32, bf16 (16 bits) or int8 (a scale per "
+    wire: str = opt("fp32", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits) or int8 (a scale per "
                     "row and 8 bits per value; docs/sync-modes.md)", choices=["fp32", "bf16", "int8"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
                         "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
@@ -294,14 +295,15 @@ class TrainConfig:
         _check(self.sync_full >= 1 and self.sync_full & (self.sync_full - 1) == 0,
                f"--sync-full must be a power of 2, got {self.sync_full}")
         _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
-        _check(self.wire == "fp32" or self.sync == "dense", "--wire bf16 or int8 encodes the rows of --sync dense")
+        _check(self.wire == "fp32" or self.sync in ("dense", "auto"),
+               "--wire bf16 or int8 encodes the rows of --sync dense (or auto's dense syncs)")
         _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
         _check(self.sync_full == 1 or (self.store == "replicated" and self.kernel not in ("torch", "triton")
                                        and self.device != "cuda" and self.sync != "average"),
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
-               "sparse or dense")
+               "auto, sparse or dense")
         _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
                                           and self.wire == "fp32" and self.allreduce == "mpi"),
                "--exchange torch moves the torch kernel's rows (--kernel torch, or auto on CUDA) on the "
@@ -340,10 +342,10 @@ class TrainConfig:
                "--resume and --force")
         _check(re.fullmatch(r"all|new|\d+(:\d*)?", self.segments.strip()) is not None,
                f"--segments must be all, new, K, K: or K:L, got {self.segments!r}")
-        _check(self.store == "replicated" or (self.sync == "sparse" and self.kernel not in ("torch", "triton")
+        _check(self.store == "replicated" or (self.sync in ("sparse", "auto") and self.kernel not in ("torch", "triton")
                                                and self.device != "cuda" and not self.init_from
                                                and self.loss == "ns" and not self.subwords and not self.follow),
-               "--store sharded runs the numba kernel on the CPU with --sync sparse (owners combine "
+               "--store sharded runs the numba kernel on the CPU with --sync sparse or auto (owners combine "
                "pushed rows by the sparse rule), negative sampling without --subwords, and without "
                "--init-from or --follow")
         _check(not (self.init_from and self.resume not in (None, "auto")),

@@ -142,13 +142,16 @@ class DeviceStore(Store):
         self.host_current = True          # the host arrays equal the device's
         self._tables = None               # (keep, table, DeviceTables): uploaded once
         self.syncer = self.exchange = None
+        # --sync auto stays sparse here: the host staging copies down only the rows this rank
+        # touched, which a dense sync would not read (not measured on a GPU: docs/sync-modes.md)
+        mode = "sparse" if cfg.sync == "auto" else cfg.sync
         if cfg.exchange == "torch" and comm.size > 1:      # device to device: no host copy of the base
             from .torchdist import TorchGroup
 
-            self.exchange = DeviceExchange(TorchGroup.over(comm, setup.device), self.params, cfg.sync, setup.scale)
+            self.exchange = DeviceExchange(TorchGroup.over(comm, setup.device), self.params, mode, setup.scale)
             self.stats = self.exchange.stats
         else:
-            self.syncer = Synchronizer(comm, list(self.host_params), mode=cfg.sync, scale=setup.scale,
+            self.syncer = Synchronizer(comm, list(self.host_params), mode=mode, scale=setup.scale,
                                        allreduce=cfg.allreduce, wire=cfg.wire)
             self.stats = self.syncer.stats
 

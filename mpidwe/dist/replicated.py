@@ -3,8 +3,9 @@
 Between two syncs every rank trains its own copy of the whole model on its shard; a sync
 combines the ranks' changes by the scaled-mean rule (dist/rule.py) so that every rank holds
 the same parameters, bit for bit, again. ``--sync`` chooses what travels (:class:`Synchronizer`):
-the rows some rank touched (``sparse``: an allgather of their ids and changes) or the whole
-matrices (``dense`` and ``average``: an all-reduce of the changes and the touch counts).
+the rows some rank touched (``sparse``: an allgather of their ids and changes), the whole
+matrices (``dense`` and ``average``: an all-reduce of the changes and the touch counts), or
+per sync whichever of the first two walks fewer rows (``auto``, the default).
 Rank 0 writes the checkpoints and the vectors from its copy.
 """
 
@@ -23,7 +24,7 @@ from ..io.fsutil import reason
 from ..io.vectors import write_word2vec
 from ..kernels.args import KernelArgs
 from .comm import Comm
-from .rule import MODES, _apply_dense, _apply_rows, _gather_delta, _max_abs_rows, row_divisors
+from .rule import MODES, _apply_dense, _apply_rows, _gather_delta, _max_abs_rows, dense_pays, row_divisors
 from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
 
 
@@ -108,8 +109,7 @@ class Synchronizer:
         for i, (param, mask) in enumerate(zip(params, touched)):
             lo, hi = (0, len(param)) if spans is None else spans[i]
             if self.comm.size > 1:
-                step = self._sparse if self.mode == "sparse" else self._dense
-                biggest = max(biggest, step(param, self.base[i], mask, lo, hi))
+                biggest = max(biggest, self._combine(param, self.base[i], mask, lo, hi))
             else:
                 biggest = max(biggest, _max_abs_rows(param[lo:hi], mask[lo:hi]))
             mask[lo:hi] = 0
@@ -120,9 +120,21 @@ class Synchronizer:
         s.bytes_sent += self.comm.stats.bytes_sent - b
         return float(biggest)
 
-    def _sparse(self, param, base, mask, lo: int, hi: int) -> float:
+    def _combine(self, param, base, mask, lo: int, hi: int) -> float:
+        """One matrix's rows [lo, hi): sparse or dense by the mode (``auto``: by the ranks'
+        touch counts, which every rank then knows alike: rule.dense_pays)."""
+        if self.mode not in ("sparse", "auto"):
+            return self._dense(param, base, mask, lo, hi)
         rows = (np.flatnonzero(mask[lo:hi]) + lo).astype(np.int32)
         counts = self.comm.allgather_array(np.array([len(rows)], dtype=np.int64))[:, 0].copy()
+        if self.mode == "auto" and dense_pays(counts, hi - lo):
+            self.stats.dense_syncs += 1
+            return self._dense(param, base, mask, lo, hi)
+        return self._sparse(param, base, rows, counts)
+
+    def _sparse(self, param, base, rows, counts) -> float:
+        """The allgather of the touched ``rows`` (this rank's) and their changes; ``counts``:
+        every rank's number of rows."""
         longest = int(counts.max())
         send_rows = np.zeros(longest, dtype=np.int32)
         send_rows[:len(rows)] = rows

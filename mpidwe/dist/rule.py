@@ -23,6 +23,8 @@ values, as in model averaging. Beyond, a row may move up to twice the mean, as t
 two ranks' changes does (safe: the old summing rule kept quality at 2 ranks); dividing by
 n instead starves the rows many ranks touch. ``--sync`` chooses what travels:
 
+- ``auto``:    (the default) per sync and matrix, ``sparse`` or ``dense``, whichever walks
+               fewer rows (:func:`dense_pays`); the same rows, so the same model
 - ``sparse``:  only rows some rank touched (allgather of row ids and values)
 - ``dense``:   the whole matrices (all-reduce of the deltas, plus the touch counts)
 - ``average``: the whole matrices, classic model averaging: every row divided by P (``s = P``,
@@ -38,7 +40,7 @@ from numba import njit
 
 from ..core.errors import ConfigError
 
-MODES = ("dense", "sparse", "average")
+MODES = ("auto", "dense", "sparse", "average")
 
 
 # ---------------------------------------------------------------- the rule (no comm)
@@ -55,8 +57,8 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float) -> int:
         if world_size > cap:
             raise ConfigError(
                 f"--sync average trains every rank at P x --lr = {world_size} x {lr:g} = {world_size * lr:g}, "
-                f"above --max-local-lr {max_local_lr:g} where SGNS diverges; use --sync sparse (the default) "
-                f"or --sync dense, which scale by at most {cap} and keep the rows many ranks touch near "
+                f"above --max-local-lr {max_local_lr:g} where SGNS diverges; use --sync auto (the default), "
+                f"sparse or dense, which scale by at most {cap} and keep the rows many ranks touch near "
                 f"their mean, "
                 f"or run at most {cap} ranks")
         return world_size
@@ -72,6 +74,19 @@ def row_divisors(counts: np.ndarray, scale: int, world_size: int, mode: str) -> 
     if mode == "average":
         return np.full(counts.shape, float(world_size), dtype=np.float32)
     return np.maximum(counts / OVERSHOOT, scale).astype(np.float32)
+
+
+def dense_pays(counts, rows: int) -> bool:
+    """``auto``: whether a sync of ``rows`` rows, of which rank r touched ``counts[r]``,
+    travels dense. The sparse allgather pads every rank's block to the longest, so every
+    rank receives, and its gather and apply walk (in scattered order), P x longest rows; the
+    dense all-reduce walks ``rows`` in order and sends about 2 (P - 1) / P x ``rows``.
+    Dense is chosen once P x longest >= ``rows``: from there it walks fewer rows, and sends
+    at most twice the bytes (docs/sync-modes.md has the measurements behind the threshold:
+    enwiki at 2 to 16 ranks, where the ranks touch 1.5 to 2.7 x V rows per sync and dense
+    is faster everywhere; the 1.5M-word synthetic vocabulary, where sparse stays)."""
+    counts = np.asarray(counts)
+    return len(counts) * int(counts.max(initial=0)) >= rows > 0
 
 
 # ---------------------------------------------------------------- array work (numba)

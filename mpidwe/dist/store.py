@@ -46,6 +46,7 @@ class SyncStats:
     seconds: float = 0.0
     comm_seconds: float = 0.0
     bytes_sent: int = 0
+    dense_syncs: int = 0      # --sync auto: matrices a sync sent dense (the others went sparse)
 
     @property
     def array_seconds(self) -> float:

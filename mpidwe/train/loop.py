@@ -370,6 +370,8 @@ class Trainer:
             "words_rank": [int(w) for w in rank_words],     # each rank's words in this process
             **({"balance_weights": [round(float(w), 3) for w in self.speeds.weights()]} if self.balanced else {}),
             "seconds": elapsed, "syncs": s.syncs,
+            # --sync auto: how many (sync, matrix) pairs went dense, the rest sparse
+            "sync_dense": s.dense_syncs,
             "comm_bytes": [int(r[0]) for r in per_rank],
             "comm_seconds": [round(r[1], 4) for r in per_rank],
             "compute_seconds": [round(r[2], 4) for r in per_rank],

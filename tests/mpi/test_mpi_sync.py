@@ -1,5 +1,5 @@
 """The sync modes against each other and a dense reference, on jobs of 2, 3 and 4 ranks:
-dense == sparse == ring for the same updates, rows divided as documented, every rank ends
+dense == sparse == ring == auto for the same updates, rows divided as documented, every rank ends
 bit-identical. (A world of one never combines anything: tests/test_sync.py has it.)"""
 
 import numpy as np
@@ -12,7 +12,7 @@ from mpidwe.dist.replicated import Synchronizer
 on_2_3_4_ranks = pytest.mark.parallel([2, 3, 4])
 
 V, D = 50, 4
-TRANSPORTS = (("sparse", "mpi"), ("dense", "mpi"), ("dense", "ring"))
+TRANSPORTS = (("sparse", "mpi"), ("dense", "mpi"), ("dense", "ring"), ("auto", "mpi"))
 
 
 @pytest.fixture
@@ -110,3 +110,25 @@ def test_sparse_sends_fewer_bytes_than_dense_for_a_sparse_update(comm, start):
         sync_once(comm, start, updates, mode, comm.size)
         sent[mode] = comm.stats.bytes_sent - before
     assert 0 < sent["sparse"] < sent["dense"], sent
+
+
+@on_2_3_4_ranks
+def test_auto_goes_dense_once_the_ranks_blocks_would_cover_the_rows_and_gives_that_mode_bit_for_bit(comm, start):
+    # every rank touches k rows; the allgather would walk P x k rows against V for dense
+    for k in (2, V // comm.size, V):
+        rows = (np.arange(k) + 5 * comm.rank) % V
+        results = {}
+        for mode in ("sparse", "dense", "auto"):
+            param, mask = start.copy(), np.zeros(V, np.uint8)
+            param[rows] += np.float32(0.5 + comm.rank)
+            mask[rows] = 1
+            s = Synchronizer(comm, [start.copy()], mode=mode, scale=comm.size)
+            before = comm.stats.bytes_sent
+            s.sync([param], [mask])
+            results[mode] = (param, comm.stats.bytes_sent - before, s.stats.dense_syncs)
+        dense = comm.size * k >= V
+        twin = results["dense" if dense else "sparse"]
+        assert np.array_equal(results["auto"][0], twin[0]), (k, dense)
+        extra = results["auto"][1] - twin[1]                                      # dense: + the counts' allgather
+        assert (0 < extra <= 8 * comm.size) if dense else extra == 0, (k, extra)
+        assert results["auto"][2] == int(dense) and results["dense"][2] == results["sparse"][2] == 0

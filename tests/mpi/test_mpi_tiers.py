@@ -27,7 +27,7 @@ def local_change(rank: int):
 
 
 @pytest.mark.parallel([2, 3, 4])
-@pytest.mark.parametrize("mode", ["sparse", "dense"])
+@pytest.mark.parametrize("mode", ["sparse", "dense", "auto"])
 def test_a_partial_sync_keeps_the_other_rows_changes_until_a_full_one_combines_them(mode):
     comm = Comm.world()
     start = np.random.default_rng(0).standard_normal((V, D)).astype(np.float32)
@@ -38,16 +38,20 @@ def test_a_partial_sync_keeps_the_other_rows_changes_until_a_full_one_combines_t
     once += delta
     first.sync([once], [once_mask])
 
+    # auto may send the span dense and the full sync sparse (or the other way round): the
+    # same sums in another order beyond 2 ranks, so equal to float32 rounding only
+    same = (np.testing.assert_array_equal if mode != "auto" or comm.size == 2
+            else lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6))
     tiered, tiered_mask = start.copy(), mask.copy()
     s = Synchronizer(comm, [tiered], mode=mode, scale=2)
     tiered += delta
     s.sync([tiered], [tiered_mask], [(0, 10)])                 # the hot rows only
     assert not tiered_mask[:10].any() and tiered_mask[55] == 1 and tiered_mask[30] == (comm.rank == 0)
     np.testing.assert_array_equal(tiered[10:], (start + delta)[10:])      # waiting, untouched
-    np.testing.assert_array_equal(tiered[:10], once[:10])
+    same(tiered[:10], once[:10])
     s.sync([tiered], [tiered_mask])                            # the full sync
     assert not tiered_mask.any()
-    np.testing.assert_array_equal(tiered, once)
+    same(tiered, once)
     assert len(set(comm.allgather(tiered.tobytes()))) == 1
 
 
@@ -89,7 +93,7 @@ def test_training_in_tiers_leaves_the_ranks_identical_and_sends_less(demo, job_t
 
 
 @pytest.mark.parallel([2, 3])
-@pytest.mark.parametrize("mode,wire_name", [("sparse", "fp32"), ("dense", "fp32"), ("dense", "int8")])
+@pytest.mark.parametrize("mode,wire_name", [("sparse", "fp32"), ("dense", "fp32"), ("dense", "int8"), ("auto", "int8")])
 def test_the_array_work_on_several_threads_gives_the_same_bits(mode, wire_name):
     """Row ranges per thread: each row is computed as on one thread, in rank order."""
     comm = Comm.world()
