@@ -41,8 +41,9 @@ def train(ranks, corpus, out, *extra, check=True, timeout=180):
 TIERS = ("--sync", "dense", "--wire", "int8", "--sync-full", "4", "--sync-hot", "64", "--sync-every", "5000")
 
 
-@pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS), (2, ("--overlap",))],
-                         ids=["2", "4", "8", "3-tiers", "2-overlap"])
+@pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS), (2, ("--overlap",)),
+                                         (2, ("--sync-seconds", "0.02"))],
+                         ids=["2", "4", "8", "3-tiers", "2-overlap", "2-sync-seconds"])
 def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks, extra):
     full = tmp_path / "full"
     train(ranks, corpus, full, "--epochs", "2", "--checkpoint-every", "100000", *extra)

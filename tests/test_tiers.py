@@ -67,6 +67,9 @@ def _cfg(*flags):
     (["--wire", "int8", "--sync", "sparse"], "--wire bf16 or int8 encodes the rows of --sync dense"),
     (["--sync-full", "4", "--store", "sharded"], "--sync-full > 1 combines rows in tiers"),
     (["--sync-full", "4", "--sync", "average"], "--sync-full > 1 combines rows in tiers"),
+    (["--sync-seconds", "0.1", "--store", "sharded"], "--sync-seconds re-plans the rounds of the replicated"),
+    (["--sync-seconds", "0.1", "--balance", "speed"], "--sync-seconds re-plans the rounds of the replicated"),
+    (["--sync-seconds", "-1"], "--sync-seconds must be >= 0"),
 ])
 def test_the_options_refuse_what_they_cannot_do(flags, msg):
     with pytest.raises(MpidweError) as e:

@@ -134,8 +134,8 @@ class TrainConfig:
         "model": ("model", "dim", "window", "negative", "loss", "sample", "lr", "min_lr_ratio", "epochs",
                   "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
         "compute": ("device", "kernel", "threads", "batch_size"),
-        "sync (how ranks combine)": ("sync", "sync_every", "max_local_lr", "wire", "overlap", "sync_hot",
-                                     "sync_full", "balance", "allreduce", "exchange", "store", "pipeline",
+        "sync (how ranks combine)": ("sync", "sync_every", "sync_seconds", "max_local_lr", "wire", "overlap",
+                                     "sync_hot", "sync_full", "balance", "allreduce", "exchange", "store", "pipeline",
                                      "memory_budget"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
                                                          "keep_checkpoints", "resume", "force",
@@ -177,6 +177,10 @@ class TrainConfig:
     sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 2 ranks and "
                           "2 W / P^2 beyond, with W = min(2,000,000, 80 x the vocabulary size), and at "
                           "least 5,000 (docs/sync-modes.md)")
+    sync_seconds: float = opt(0.0, "several ranks: after the second round, set the words each rank trains between "
+                              "syncs so that a round trains for about this many seconds at the slowest rank's "
+                              "measured speed (at least 5,000 words; pWord2Vec syncs every 0.1 s); the first two "
+                              "rounds use --sync-every; 0: off (docs/sync-modes.md, \"An interval in seconds\")")
     max_local_lr: float = opt(0.0, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable), and each synced "
                               "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
@@ -281,6 +285,10 @@ class TrainConfig:
         _positive("eval_every", self.eval_every, allow_zero=True)
         _positive("eval_restrict_vocab", self.eval_restrict_vocab)
         _positive("sync_every", self.sync_every, allow_zero=True)
+        _positive("sync_seconds", self.sync_seconds, allow_zero=True)
+        _check(self.sync_seconds == 0 or (self.store == "replicated" and self.balance == "off"),
+               "--sync-seconds re-plans the rounds of the replicated store with --balance off (the sharded "
+               "store plans its rounds ahead; --balance speed splits each round by speed already)")
         _positive("memory_budget", self.memory_budget, allow_zero=True)
         _check(self.sync_every == 0 or self.sync_every >= MIN_SYNC_EVERY,
                f"--sync-every must be 0 (automatic) or >= {MIN_SYNC_EVERY:,} words, got {self.sync_every} "

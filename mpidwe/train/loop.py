@@ -29,11 +29,14 @@ from ..evaluate.suite import Evaluator, evaluation_ids
 from ..io import charfile, checkpoint
 from ..io.corpus import Corpus
 from .plan import Plan, kernel_args, learning_rate, rng_seeds
+from .resume import calibrated, calibrated_plan
 from .progress import ProgressLog, bar_wanted
-from .rundir import MetricsLog, thin_history
+from .rundir import MetricsLog, thin_history, write_config
 from .stream import EpochStream, ShardStream
 
 GUARD_MIN_EXAMPLES = 1_000
+# --sync-seconds: the speed of this round (from 0) sets the interval (round 0 compiles the kernel)
+CALIBRATION_ROUND = 1
 
 
 class TrainingDiverged(MpidweError):
@@ -122,6 +125,10 @@ class Trainer:
         self.position = position      # this rank's stream position after the last round trained
         self._ahead: Work | None = None   # the next round's work, taken early for a store that looks ahead
         self.round_speed = 0.0        # this rank's words per compute second in the last round
+        # --sync-seconds: the round after which the interval is set from the measured speed
+        # (the second: the first pays for compiling); never again once a run has done it
+        self.calibrate_after = (CALIBRATION_ROUND if cfg.sync_seconds > 0 and comm.size > 1
+                                and not calibrated(plan) else None)
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
         self.eval_ids, self.evaluator = self.make_evaluator()
         self.compute_s = 0.0
@@ -246,7 +253,27 @@ class Trainer:
         self.check_divergence(rnd, totals, max_abs)
         p.round, p.words_done = rnd + 1, p.words_done + totals.words
         p.lr = learning_rate(cfg, p.words_done, self.plan.words_total)
+        if rnd == self.calibrate_after and p.round < self.plan.rounds:
+            self.calibrate()
         return totals
+
+    def calibrate(self) -> None:
+        """--sync-seconds: the rest of the run at the interval the slowest rank trains in
+        that time (a collective; the same plan on every rank)."""
+        speeds = [s for s in self.comm.allgather(self.round_speed) if s > 0]
+        if not speeds:
+            return
+        before = self.plan
+        self.plan = calibrated_plan(before, self.comm, self.state.progress, self.position, min(speeds),
+                                    self.cfg.sync_seconds)
+        if self.comm.is_root:
+            write_config(self.cfg.out, self.plan.resolved)
+        if self.log and self.comm.is_root:
+            r = self.plan.resolved
+            self.log(f"--sync-seconds {self.cfg.sync_seconds:g}: the slowest rank trained {min(speeds):,.0f} words/s "
+                     f"in round {self.state.progress.round}: {r['sync_every']:,} words per rank between syncs "
+                     f"from now on (was {before.resolved['sync_every']:,}), {self.plan.rounds - self.state.progress.round} "
+                     f"rounds left")
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> RunResult:
@@ -264,16 +291,16 @@ class Trainer:
         finished = p.round >= plan.rounds      # resumed from the run's final checkpoint
         try:
             self.say_compiling(plan.rounds - p.round)
-            first = p.round
-            for rnd in range(p.round, plan.rounds):
+            first = rnd = p.round
+            while rnd < self.plan.rounds:       # (--sync-seconds may re-plan the rounds after one)
                 totals = self.round(rnd, bar, ticker, marks)
                 window += (totals.loss, totals.examples)
                 run_loss += (totals.loss, totals.examples)
-                if rnd == first and rnd < plan.rounds - 1:     # in place of a line due now
+                if rnd == first and rnd < self.plan.rounds - 1:     # in place of a line due now
                     self.after_first_round(ticker, run_loss)
                 elif totals.log_due:
                     self.progress_line(ticker, run_loss)
-                last = rnd == plan.rounds - 1
+                last = rnd == self.plan.rounds - 1
                 if (rnd + 1) % cfg.log_every == 0 or last or totals.stop:
                     self.log_metrics(metrics, bar, window, marks, last)
                 if last or totals.stop or totals.due or (cfg.checkpoint_every and p.words_done - marks.ckpt_words
@@ -283,6 +310,7 @@ class Trainer:
                 if totals.stop and not last:
                     stopped = True
                     break
+                rnd += 1
         finally:
             if bar is not None:
                 bar.close()
@@ -295,7 +323,7 @@ class Trainer:
         else:
             self.finish(stopped, ckpt_path, p.words_done - marks.words_at_start, seconds)
         return RunResult(state.w_in, state.w_out, self.words, state.history, seconds, p.words_done,
-                         stopped, ckpt_path, plan.resolved)
+                         stopped, ckpt_path, self.plan.resolved)
 
     # ---------------------------------------------------------------- log, checkpoint, end
     def say_compiling(self, rounds_left: int) -> None:

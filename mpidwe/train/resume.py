@@ -20,7 +20,7 @@ from ..core.errors import InputError
 from ..dist.comm import Comm
 from ..io import checkpoint
 from ..io.corpus import Corpus, Shard
-from .plan import Plan, learning_rate, rng_seeds, round_targets
+from .plan import SYNC_EVERY_MIN, Plan, learning_rate, rng_seeds, round_targets
 
 
 # options that change what a resumed run would compute; the rest (logging, checkpoint and
@@ -51,7 +51,7 @@ RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3
 RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + (
     "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
-    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "overlap")
+    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "overlap", "sync_seconds")
 
 
 def adopt_checkpoint_settings(cfg: TrainConfig, given, comm: Comm, log) -> TrainConfig:
@@ -280,7 +280,35 @@ def with_replan(plan: Plan, comm: Comm, record: dict) -> Plan:
         targets[round0:] = start + round_targets(plan.shard.n_tokens * plan.resolved["epochs"] - start,
                                                  rounds - round0)
     resolved = dict(plan.resolved, rounds=rounds, replan=record)
+    if "calibration" in record:       # --sync-seconds: the interval it chose
+        resolved["sync_every"] = record["calibration"]["sync_every"]
     return dataclasses.replace(plan, rounds=rounds, targets=targets, resolved=resolved)
+
+
+def calibrated_plan(plan: Plan, comm: Comm, progress: checkpoint.Progress, position: int, speed: float,
+                    seconds: float) -> Plan:
+    """--sync-seconds: the rest of the run at the interval that trains about ``seconds``
+    between syncs at ``speed`` (the slowest rank's words per second, agreed by the caller).
+    A collective, called by every rank after the same round; ``position``: this rank's
+    local words so far. Stored as a re-plan record (with the interval and the speed), so a
+    checkpoint written after it resumes exactly (:func:`continued_plan`); updates
+    ``progress.rounds``."""
+    every = max(SYNC_EVERY_MIN, int(speed * seconds))
+    starts = comm.allgather(int(position))
+    sizes = comm.allgather(plan.shard.n_tokens)
+    remaining = [n * plan.resolved["epochs"] - s for n, s in zip(sizes, starts)]
+    left = max(1, math.ceil(max(remaining) / every)) if max(remaining) > 0 else 0
+    calibration = {"words_per_s": float(speed), "seconds": seconds,
+                   "sync_every_before": plan.resolved["sync_every"], "sync_every": every}
+    record = {"from_ranks": comm.size, "from_words_total": progress.words_total, "round": progress.round,
+              "rounds": progress.round + left, "starts": [int(s) for s in starts], "calibration": calibration}
+    progress.rounds = record["rounds"]
+    return with_replan(plan, comm, record)
+
+
+def calibrated(plan: Plan) -> bool:
+    """Whether --sync-seconds already set this run's interval."""
+    return "calibration" in (plan.resolved.get("replan") or {})
 
 
 def continued_plan(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus,

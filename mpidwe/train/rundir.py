@@ -110,10 +110,16 @@ def _start_run_dir(cfg: TrainConfig, resolved: dict, history: list[dict] | None,
         lines = _metrics_until(os.path.join(cfg.out, "metrics.jsonl"), history)
         with atomic_write(os.path.join(cfg.out, "metrics.jsonl"), "w", encoding="utf-8") as fh:
             fh.writelines(lines)
-    with atomic_write(os.path.join(cfg.out, "config.json"), "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(resolved, indent=2, sort_keys=True))
+    write_config(cfg.out, resolved)
     if log:
         log(summary_line(resolved, os.path.join(cfg.out, "config.json")))
+
+
+def write_config(out: str, resolved: dict) -> None:
+    """config.json: the configuration as run (at the start, and again if the run re-plans
+    itself: --sync-seconds)."""
+    with atomic_write(os.path.join(out, "config.json"), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(resolved, indent=2, sort_keys=True))
 
 
 def summary_line(r: dict, config_json: str) -> str:

@@ -117,3 +117,24 @@ def test_subword_training_leaves_the_ranks_identical(demo, job_tmp):
     _, res = train_here(comm, demo, job_tmp / "sub", sync, "--dim", "16", "--sync-every", "20000",
                         "--subwords", "--buckets", "5000", "--epochs", "2")
     assert res.w_in.shape[0] == len(res.words) + 5000      # the n-gram buckets are synced too
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parallel([2, 3])
+def test_sync_seconds_sets_the_interval_from_the_slowest_ranks_speed_after_the_second_round(demo, job_tmp):
+    comm = Comm.world()
+    for seconds in ("0.02", "1000"):      # a short interval (many rounds), and one round for the rest
+        _, res = train_here(comm, demo, job_tmp / seconds, "auto", "--dim", "16", "--sync-every", "20000",
+                            "--epochs", "2", "--sync-seconds", seconds)
+        record = res.config["replan"]
+        cal = record["calibration"]
+        assert record["round"] == 2 and cal["sync_every_before"] == 20000 and cal["words_per_s"] > 0
+        assert cal["sync_every"] == res.config["sync_every"] == max(5000, int(cal["words_per_s"] * float(seconds)))
+        shard = res.config["words_total"] // comm.size                  # (about) each rank's words, both epochs
+        left = record["rounds"] - 2
+        assert left == 1 if seconds == "1000" else left >= (shard - 2 * 20000) // cal["sync_every"] - 1
+        if comm.is_root:
+            steps = [m["step"] for m in res.metrics]
+            assert steps[-1] == record["rounds"] == res.metrics[-1]["rounds"]
+            assert res.metrics[-1]["words"] == res.config["words_total"]      # every word, once
+            assert res.metrics[-1]["syncs"] == record["rounds"]
