@@ -77,6 +77,8 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
     return {"ranks": ranks, "mode": mode, "exit": 0, "sim": last["eval"][names["sim"]],
             "analogy": last["eval"][names["analogy"]], "loss": last["loss"], "lr_scale": cfg["lr_scale"],
             "sync_every": cfg["sync_every"], "syncs": last["syncs"], "epochs": last["epoch"],
+            # --sync auto: the (sync, matrix) pairs that went dense
+            "dense": last.get("sync_dense", 0),
             "mb_per_sync": max(last["sync_bytes"]) / syncs / 1e6,
             # bytes each rank sent in syncs per word it trained, and the syncs' array work
             # against the kernels' compute, averaged over the ranks
@@ -88,16 +90,18 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| ranks | sync | lr x | words/rank between syncs | syncs per epoch | MB sent per sync and rank "
+    head = ("| ranks | sync | lr x | words/rank between syncs | syncs per epoch | dense / all matrix-syncs "
+            "| MB sent per sync and rank "
             "| bytes per trained word and rank | array / compute "
             "| similarity | analogy | final loss | train s | sync s (comm + array) |")
-    lines = [head, "|" + " --- |" * 13]
+    lines = [head, "|" + " --- |" * 14]
     for r in rows:
         if r["exit"]:
-            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 10)
+            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 11)
             continue
         lines.append(f"| {r['ranks']} | {r['mode']} | {r['lr_scale']} | {r['sync_every']:,} | "
-                     f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['mb_per_sync']:.2f} | "
+                     f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['dense']} / {2 * r['syncs'] if r['ranks'] > 1 else 0} | "
+                     f"{r['mb_per_sync']:.2f} | "
                      f"{r['bytes_per_word']:,.1f} | {r['array_share']:.3f} | {r['sim']:.3f} | "
                      f"{100 * r['analogy']:.1f}% | {r['loss']:.3f} | {r['train_s']:.1f} | "
                      f"{r['sync_comm_s']:.1f} + {r['sync_array_s']:.1f} |")
