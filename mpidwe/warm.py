@@ -8,7 +8,7 @@ trains it for one epoch on one process with the training options given (the defa
 skip-gram, negative sampling, ``--dim 100``; the kernel of that mode and dim, and the serial
 guard's probe), and runs the multi-rank sync of ``--sync`` once over a world of two ranks in
 this process whose other rank echoes this one (``Echo``: the combining rule's compiled
-loops, with the types a real sync gives them). Not warmed: ``--wire bf16|int8``'s codecs.
+loops, with the types a real sync gives them, and the codec of ``--wire``).
 
 Where the cache lives is numba's choice: ``NUMBA_CACHE_DIR`` when set, else ``__pycache__``
 beside mpidwe's modules, or the user's cache folder where those are read-only. numba keeps
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from .core.config import PreprocessConfig, TrainConfig, parse_command
+from .core.config import WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, parse_command, wire_of
 from .core.errors import MpidweError
 from .core.prog import prog
 from .dist.comm import Comm
@@ -53,8 +53,12 @@ class Echo(Comm):
         return arr
 
     def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str) -> np.ndarray:
-        arr += arr
-        return arr
+        from .dist.wire import decode_add, encode     # the codec's compiled loops
+
+        sent = encode(arr, wire)
+        arr[:] = 0
+        decode_add(sent, wire, arr)
+        return decode_add(sent, wire, arr)
 
 
 def write_text(path: str) -> None:
@@ -72,13 +76,14 @@ def warm_sync(cfg: TrainConfig, dim: int) -> None:
 
     rng = np.random.default_rng(0)
     params = [rng.standard_normal((TEXT_WORDS, dim)).astype(np.float32) for _ in range(2)]
-    syncer = Synchronizer(Echo(), params, mode=cfg.sync, scale=2, allreduce=cfg.allreduce, wire=cfg.wire)
-    for step in ((3,) if cfg.sync != "auto" else (3, 1)):
-        touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]
-        for p, t in zip(params, touched):
-            p[::step] += 0.01
-            t[::step] = 1
-        syncer.sync(params, touched)
+    for wire in sorted({wire_of(cfg, 2), wire_of(cfg, WIRE_AUTO_MIN_RANKS)}):     # --wire auto: both
+        syncer = Synchronizer(Echo(), params, mode=cfg.sync, scale=2, allreduce=cfg.allreduce, wire=wire)
+        for step in ((3,) if cfg.sync != "auto" else (3, 1)):
+            touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]
+            for p, t in zip(params, touched):
+                p[::step] += 0.01
+                t[::step] = 1
+            syncer.sync(params, touched)
 
 
 def warm(cfg: TrainConfig, log=print) -> dict:

@@ -73,3 +73,16 @@ def test_auto_goes_dense_once_the_padded_blocks_walk_as_many_rows_as_the_matrix(
     assert not dense_pays([10, 20], 41) and dense_pays([10, 20], 40)     # 2 x 20 rows walked by sparse
     assert dense_pays(np.array([0, 0, 0, 25]), 100) and not dense_pays(np.array([24, 24, 24, 24]), 97)
     assert not dense_pays([0, 0], 0) and not dense_pays([0, 0], 10)      # nothing to combine: sparse's no-op
+
+
+def test_the_wire_of_auto_is_int8_where_syncs_go_dense_from_3_ranks_and_fp32_elsewhere():
+    from mpidwe.core.config import TrainConfig, wire_of
+
+    def cfg(**kw):
+        return TrainConfig(corpus="c.h5", out="o", **kw)
+
+    assert cfg().wire == "auto" and wire_of(cfg(), 3) == wire_of(cfg(), 32) == "int8"     # the defaults
+    assert wire_of(cfg(), 2) == wire_of(cfg(), 1) == "fp32"          # up to 2 ranks: few syncs per epoch
+    assert wire_of(cfg(sync="dense"), 4) == "int8"
+    assert wire_of(cfg(sync="sparse"), 4) == wire_of(cfg(sync="average"), 4) == "fp32"
+    assert wire_of(cfg(wire="fp32"), 4) == "fp32" and wire_of(cfg(sync="dense", wire="bf16"), 2) == "bf16"

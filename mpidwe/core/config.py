@@ -186,8 +186,10 @@ class TrainConfig:
                               "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/sync-modes.md)")
-    wire: str = opt("fp32", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits) or int8 (a scale per "
-                    "row and 8 bits per value; docs/sync-modes.md)", choices=["fp32", "bf16", "int8"])
+    wire: str = opt("auto", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits), "
+                    "int8 (a scale per row and 8 bits per value), or auto: int8 for the dense syncs of the "
+                    "replicated store from 3 ranks on, fp32 elsewhere (docs/sync-modes.md)",
+                    choices=["auto", "fp32", "bf16", "int8"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
                         "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(1024, "--sync-full > 1: rows of each matrix, most frequent first, combined at every "
@@ -303,7 +305,7 @@ class TrainConfig:
         _check(self.sync_full >= 1 and self.sync_full & (self.sync_full - 1) == 0,
                f"--sync-full must be a power of 2, got {self.sync_full}")
         _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
-        _check(self.wire == "fp32" or self.sync in ("dense", "auto"),
+        _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto"),
                "--wire bf16 or int8 encodes the rows of --sync dense (or auto's dense syncs)")
         _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
@@ -313,7 +315,7 @@ class TrainConfig:
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
                "auto, sparse or dense")
         _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
-                                          and self.wire == "fp32" and self.allreduce == "mpi"),
+                                          and self.wire in ("fp32", "auto") and self.allreduce == "mpi"),
                "--exchange torch moves the torch kernel's rows (--kernel torch, or auto on CUDA) on the "
                "replicated store, by torch.distributed's own all-reduce in fp32 (not --wire, --allreduce ring)")
         _check(self.kernel != "triton" or (self.model == "skipgram" and self.shared_negatives and self.loss != "hs"),
@@ -359,3 +361,19 @@ class TrainConfig:
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
                "it applies when RUN_DIR has no checkpoint yet)")
+
+
+# --wire auto encodes from this many ranks on: from 3 ranks the default interval shrinks as
+# 2 W / P^2, so syncs per epoch, and the bytes, grow with P; up to 2 ranks they are few (8
+# per epoch on enwiki) and on one node the codec's array work costs more than the bytes it
+# saves (docs/sync-modes.md, "auto")
+WIRE_AUTO_MIN_RANKS = 3
+
+
+def wire_of(cfg: TrainConfig, world_size: int) -> str:
+    """The encoding of the replicated store's dense syncs on ``world_size`` ranks: --wire,
+    or for auto int8 where the sync has dense syncs (--sync auto or dense) from 3 ranks on,
+    and fp32 otherwise (sparse rows and average travel as float32)."""
+    if cfg.wire != "auto":
+        return cfg.wire
+    return "int8" if cfg.sync in ("auto", "dense") and world_size >= WIRE_AUTO_MIN_RANKS else "fp32"

@@ -152,7 +152,7 @@ class DeviceStore(Store):
             self.stats = self.exchange.stats
         else:
             self.syncer = Synchronizer(comm, list(self.host_params), mode=mode, scale=setup.scale,
-                                       allreduce=cfg.allreduce, wire=cfg.wire)
+                                       allreduce=cfg.allreduce, wire="fp32" if cfg.wire == "auto" else cfg.wire)
             self.stats = self.syncer.stats
 
     def tables(self, keep: np.ndarray, table: np.ndarray) -> torch_kernel.DeviceTables:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.config import TrainConfig
+from ..core.config import TrainConfig, wire_of
 from ..core.errors import InputError
 from ..io import checkpoint
 from ..io.fsutil import reason
@@ -269,7 +269,7 @@ class ReplicatedStore(Store):
         # --overlap: every exchange on a second communicator, from a second thread
         self.exchange = Exchange(comm) if cfg.overlap and comm.size > 1 else None
         self.syncer = Synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
-                                   mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce, wire=cfg.wire,
+                                   mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce, wire=wire_of(cfg, comm.size),
                                    threads=setup.threads)
         self.stats = self.syncer.stats
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, cfg.sync_hot, cfg.sync_full,
