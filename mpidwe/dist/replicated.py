@@ -269,8 +269,8 @@ class ReplicatedStore(Store):
         # --overlap: every exchange on a second communicator, from a second thread
         self.exchange = Exchange(comm) if cfg.overlap and comm.size > 1 else None
         self.syncer = Synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
-                                   mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce, wire=wire_of(cfg, comm.size),
-                                   threads=setup.threads)
+                                   mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
+                                   wire=wire_of(cfg, comm.size), threads=setup.threads)
         self.stats = self.syncer.stats
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, cfg.sync_hot, cfg.sync_full,
                            [False, cfg.loss == "hs"]) if comm.size > 1 and cfg.sync_full > 1 else None

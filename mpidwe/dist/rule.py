@@ -84,7 +84,8 @@ def dense_pays(counts, rows: int) -> bool:
     Dense is chosen once P x longest >= ``rows``: from there it walks fewer rows, and sends
     at most twice the bytes (docs/sync-modes.md has the measurements behind the threshold:
     enwiki at 2 to 16 ranks, where the ranks touch 1.5 to 2.7 x V rows per sync and dense
-    is faster everywhere; the 1.5M-word synthetic vocabulary, where sparse stays)."""
+    is faster everywhere; a 1.5M-word synthetic vocabulary at 4 ranks, where the input
+    matrix stays sparse and the output matrix goes dense)."""
     counts = np.asarray(counts)
     return len(counts) * int(counts.max(initial=0)) >= rows > 0
 

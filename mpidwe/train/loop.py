@@ -269,11 +269,10 @@ class Trainer:
         if self.comm.is_root:
             write_config(self.cfg.out, self.plan.resolved)
         if self.log and self.comm.is_root:
-            r = self.plan.resolved
+            done, every = self.state.progress.round, self.plan.resolved["sync_every"]
             self.log(f"--sync-seconds {self.cfg.sync_seconds:g}: the slowest rank trained {min(speeds):,.0f} words/s "
-                     f"in round {self.state.progress.round}: {r['sync_every']:,} words per rank between syncs "
-                     f"from now on (was {before.resolved['sync_every']:,}), {self.plan.rounds - self.state.progress.round} "
-                     f"rounds left")
+                     f"in round {done}: {every:,} words per rank between syncs from now on (was "
+                     f"{before.resolved['sync_every']:,}), {self.plan.rounds - done} rounds left")
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> RunResult:
