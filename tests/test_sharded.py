@@ -27,8 +27,10 @@ from conftest import ROOT, error_lines, make_demo_corpus, mpi_command, mpi_env, 
 from test_resume import _rank_pids, _wait_for_metrics
 
 pytestmark = pytest.mark.mpi
+# --sync sparse: the replicated runs compared with the sharded store use its rule's transport
+# (auto may send a matrix dense, the same sums in MPI's order, or as int8 rows from 3 ranks)
 FLAGS = ["--epochs", "1", "--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "20000",
-         "--keep-checkpoints", "100", "--log-seconds", "0"]
+         "--keep-checkpoints", "100", "--log-seconds", "0", "--sync", "sparse"]
 
 
 @pytest.fixture(scope="module")
