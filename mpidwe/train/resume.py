@@ -232,13 +232,9 @@ def replan(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus,
     ``state.progress`` and ``state.rng_state`` in place and returns the new plan."""
     p = state.progress
     fraction = p.words_done / max(plan.words_total, 1)
-    sizes = comm.allgather(plan.shard.n_tokens)
     own = plan.shard.n_tokens * cfg.epochs
     start = min(snap_to_sentence(corpus, plan.shard, cfg.block_tokens, int(fraction * own)), own)
-    starts = comm.allgather(start)
-    remaining = [n * cfg.epochs - s for n, s in zip(sizes, starts)]
-    sync_every = plan.resolved["sync_every"]
-    left = max(1, math.ceil(max(remaining) / sync_every)) if max(remaining) > 0 else 0
+    starts, left = rounds_left(plan, comm, start, plan.resolved["sync_every"])
     rounds = p.round + left
     seed = derived_seed(state.rng_state, p.round)
     width = max(state.rng_state.shape[1], plan.threads)
@@ -285,6 +281,15 @@ def with_replan(plan: Plan, comm: Comm, record: dict) -> Plan:
     return dataclasses.replace(plan, rounds=rounds, targets=targets, resolved=resolved)
 
 
+def rounds_left(plan: Plan, comm: Comm, start: int, every: int) -> tuple[list[int], int]:
+    """(every rank's start, the rounds that train the rest): each rank continues its shard
+    over all epochs from its own ``start`` in rounds of at most ``every`` words. A collective."""
+    starts = [int(s) for s in comm.allgather(int(start))]
+    sizes = comm.allgather(plan.shard.n_tokens)
+    remaining = max(n * plan.resolved["epochs"] - s for n, s in zip(sizes, starts))
+    return starts, (max(1, math.ceil(remaining / every)) if remaining > 0 else 0)
+
+
 def calibrated_plan(plan: Plan, comm: Comm, progress: checkpoint.Progress, position: int, speed: float,
                     seconds: float) -> Plan:
     """--sync-seconds: the rest of the run at the interval that trains about ``seconds``
@@ -294,10 +299,7 @@ def calibrated_plan(plan: Plan, comm: Comm, progress: checkpoint.Progress, posit
     checkpoint written after it resumes exactly (:func:`continued_plan`); updates
     ``progress.rounds``."""
     every = max(SYNC_EVERY_MIN, int(speed * seconds))
-    starts = comm.allgather(int(position))
-    sizes = comm.allgather(plan.shard.n_tokens)
-    remaining = [n * plan.resolved["epochs"] - s for n, s in zip(sizes, starts)]
-    left = max(1, math.ceil(max(remaining) / every)) if max(remaining) > 0 else 0
+    starts, left = rounds_left(plan, comm, position, every)
     calibration = {"words_per_s": float(speed), "seconds": seconds,
                    "sync_every_before": plan.resolved["sync_every"], "sync_every": every}
     record = {"from_ranks": comm.size, "from_words_total": progress.words_total, "round": progress.round,
