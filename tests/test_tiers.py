@@ -44,7 +44,8 @@ def test_every_wire_decodes_close_to_what_it_encoded_with_its_documented_size(na
     assert back.dtype == np.float32 and back.shape == rows.shape and not back[3].any()
     peak = np.abs(rows).max(axis=1, keepdims=True)
     err = np.abs(back - rows)
-    bound = {"fp32": 0.0, "bf16": 2 ** -8 * np.abs(rows), "int8": 0.5 / 127 * peak * (1 + 1e-6)}[name]
+    bound = {"fp32": 0.0, "bf16": 2 ** -8 * np.abs(rows), "int8": 0.5 / 127 * peak * (1 + 1e-6),
+             "int4": 0.5 / 7 * peak * (1 + 1e-6)}[name]
     assert (err <= bound).all(), (name, float((err - bound).max()))
     assert np.array_equal(wire.decode(wire.encode(back, name), name, 16), back), "decoding is a fixed point"
 
@@ -64,7 +65,8 @@ def _cfg(*flags):
     (["--sync-full", "3"], "--sync-full must be a power of 2"),
     (["--sync-full", "0"], "--sync-full must be a power of 2"),
     (["--sync-hot", "0", "--sync-full", "4"], "--sync-hot must be >= 1"),
-    (["--wire", "int8", "--sync", "sparse"], "--wire bf16 or int8 encodes the rows of --sync dense"),
+    (["--wire", "int8", "--sync", "sparse"], "--wire bf16, int8 or int4 encodes the rows of --sync dense"),
+    (["--wire", "int4", "--sync", "sparse"], "--wire bf16, int8 or int4 encodes the rows of --sync dense"),
     (["--sync-full", "4", "--store", "sharded"], "--sync-full > 1 combines rows in tiers"),
     (["--sync-full", "4", "--sync", "average"], "--sync-full > 1 combines rows in tiers"),
     (["--sync-seconds", "0.1", "--store", "sharded"], "--sync-seconds re-plans the rounds of the replicated"),
@@ -82,11 +84,31 @@ def test_the_options_take_what_they_can_do():
     assert (cfg.wire, cfg.sync_full, cfg.sync_hot) == ("int8", 64, 512)
 
 
-def test_a_row_with_nan_or_inf_decodes_as_nan_so_the_divergence_guard_sees_it():
-    rows = np.ones((3, 4), np.float32)
+@pytest.mark.parametrize("name", ["int8", "int4"])
+def test_a_row_with_nan_or_inf_decodes_as_nan_so_the_divergence_guard_sees_it(name):
+    rows = np.ones((3, 5), np.float32)
     rows[1, 2], rows[2, 0] = np.nan, np.inf
-    back = wire.decode(wire.encode(rows, "int8"), "int8", 4)
+    back = wire.decode(wire.encode(rows, name), name, 5)
     assert np.array_equal(back[0], rows[0]) and np.isnan(back[1]).all() and np.isnan(back[2]).all()
+
+
+@pytest.mark.parametrize("d", [1, 2, 7, 100])
+def test_int4_packs_two_values_a_byte_low_nibble_first_for_odd_and_even_dims(d):
+    rows = np.zeros((2, d), np.float32)
+    rows[0, ::2], rows[0, 1::2] = 7.0, -7.0                 # scale 1: +7 then -7, alternately
+    rows[1, -1] = 3.0                                       # the last value alone: scale 3/7, code +7
+    data = wire.encode(rows, "int4")
+    assert data.shape == (2, (d + 1) // 2 + 4)
+    assert data[0, 4] == (15 if d == 1 else 15 | (1 << 4)), "+7 -> 15 in the low nibble, -7 -> 1 in the high"
+    back = wire.decode(data, "int4", d)
+    np.testing.assert_array_equal(back[0], rows[0])
+    assert back[1, -1] == pytest.approx(3.0) and not back[1, :-1].any()
+
+
+def test_int4_rounds_a_subnormal_row_to_zero_without_overflow():
+    rows = np.full((1, 4), 1e-44, np.float32)
+    back = wire.decode(wire.encode(rows, "int4"), "int4", 4)
+    assert np.isfinite(back).all() and np.abs(back - rows).max() <= 1e-44
 
 
 def test_decode_add_sums_into_its_target():
@@ -94,4 +116,6 @@ def test_decode_add_sums_into_its_target():
     total = np.ones((3, 4), np.float32)
     for name in wire.WIRES:
         got = wire.decode_add(wire.encode(rows, name), name, total.copy())
-        np.testing.assert_allclose(got, rows + 1, rtol=0.01, atol=0.06)
+        atol = 0.5 / 7 * 11 if name == "int4" else 0.06              # half a step of the largest row's
+        np.testing.assert_allclose(got, rows + 1, rtol=0.01, atol=atol)
+        np.testing.assert_allclose(got, wire.decode(wire.encode(rows, name), name, 4) + 1, rtol=1e-6)

@@ -187,9 +187,9 @@ class TrainConfig:
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/sync-modes.md)")
     wire: str = opt("auto", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits), "
-                    "int8 (a scale per row and 8 bits per value), or auto: int8 for the dense syncs of the "
+                    "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int8 for the dense syncs of the "
                     "replicated store from 3 ranks on, fp32 elsewhere (docs/sync-modes.md)",
-                    choices=["auto", "fp32", "bf16", "int8"])
+                    choices=["auto", "fp32", "bf16", "int8", "int4"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
                         "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(1024, "--sync-full > 1: rows of each matrix, most frequent first, combined at every "
@@ -306,7 +306,7 @@ class TrainConfig:
                f"--sync-full must be a power of 2, got {self.sync_full}")
         _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
         _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto"),
-               "--wire bf16 or int8 encodes the rows of --sync dense (or auto's dense syncs)")
+               "--wire bf16, int8 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
         _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")

@@ -8,10 +8,13 @@ out, and back; no Comm (dist/comm.py moves the bytes).
   rounded to nearest (d + 4 bytes a row): at most 0.4% of the row's largest value off. A
   row holding a NaN or an infinity decodes as NaN throughout, so the divergence guard
   still sees it.
+* ``int4``: the same with 4 bits per value (-7..7 times the row's largest |value| / 7, two
+  values a byte, low nibble first; (d + 1) // 2 + 4 bytes a row): at most 1/14 of the row's
+  largest value off, rounded to nearest.
 
 Every rank decodes the same bytes into the same floats, so a sum reduced by one rank and
 sent encoded to the others is bit-identical on every rank (Comm.allreduce_rows_encoded_).
-The int8 loops are compiled (numba): one pass over the rows each way, and ``decode_add``
+The int8 and int4 loops are compiled (numba): one pass over the rows each way, and ``decode_add``
 adds a decoded block into a sum without a temporary.
 """
 
@@ -20,10 +23,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-WIRES = ("fp32", "bf16", "int8")
+WIRES = ("fp32", "bf16", "int8", "int4")
 
 
 def row_bytes(wire: str, dim: int) -> int:
+    if wire == "int4":
+        return (dim + 1) // 2 + 4
     return {"fp32": 4 * dim, "bf16": 2 * dim, "int8": dim + 4}[wire]
 
 
@@ -31,6 +36,12 @@ def encode(rows: np.ndarray, wire: str) -> np.ndarray:
     """float32 [n, d] -> uint8 [n, row_bytes]."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     n, d = rows.shape
+    if wire == "int4":
+        out = np.empty((n, row_bytes(wire, d)), dtype=np.uint8)
+        scales = np.empty(n, dtype=np.float32)
+        _encode_int4(rows, scales, out[:, 4:])
+        out[:, :4] = scales.view(np.uint8).reshape(n, 4)
+        return out
     if wire == "fp32":
         return rows.view(np.uint8).reshape(n, 4 * d)
     if wire == "bf16":
@@ -59,6 +70,9 @@ def decode_add(data: np.ndarray, wire: str, out: np.ndarray) -> np.ndarray:
         out += data.view(np.float32).reshape(n, dim)
     elif wire == "bf16":
         out += (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(n, dim)
+    elif wire == "int4":
+        scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(n)
+        _decode_add_int4(data[:, 4:], scales, out)
     else:
         scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(n)
         _decode_add_int8(data[:, 4:].view(np.int8), scales, out)
@@ -98,3 +112,48 @@ def _decode_add_int8(q, scales, out):
         s = scales[i]
         for j in range(d):
             out[i, j] += np.float32(q[i, j]) * s
+
+
+
+@njit(cache=True, nogil=True)
+def _encode_int4(rows, scales, q):
+    n, d = rows.shape
+    half = d // 2
+    for i in range(n):
+        peak = np.float32(0.0)
+        probe = np.float32(0.0)                   # NaN if any value is NaN or infinite
+        for j in range(d):
+            v = rows[i, j]
+            probe += v * np.float32(0.0)
+            a = abs(v)
+            peak = a if a > peak else peak
+        if probe != probe:
+            scales[i] = np.float32(np.nan)
+            for k in range(q.shape[1]):
+                q[i, k] = 0
+            continue
+        scale = np.float32(peak / np.float32(7.0))
+        scales[i] = scale
+        inv = np.float32(1.0) / scale if scale > 0 else np.float32(0.0)
+        if not inv < np.float32(3.0e38):          # a subnormal scale: the row is zero to float32
+            inv = np.float32(0.0)
+        for k in range(half):
+            lo = np.int32(min(max(np.rint(rows[i, 2 * k] * inv), -7.0), 7.0)) + 8
+            hi = np.int32(min(max(np.rint(rows[i, 2 * k + 1] * inv), -7.0), 7.0)) + 8
+            q[i, k] = np.uint8(lo | (hi << 4))
+        if d & 1:
+            q[i, half] = np.uint8(np.int32(min(max(np.rint(rows[i, d - 1] * inv), -7.0), 7.0)) + 8)
+
+
+@njit(cache=True, nogil=True)
+def _decode_add_int4(q, scales, out):
+    n, d = out.shape
+    half = d // 2
+    for i in range(n):
+        s = scales[i]
+        for k in range(half):
+            b = np.int32(q[i, k])
+            out[i, 2 * k] += np.float32((b & 15) - 8) * s
+            out[i, 2 * k + 1] += np.float32((b >> 4) - 8) * s
+        if d & 1:
+            out[i, d - 1] += np.float32(np.int32(q[i, half]) - 8) * s
