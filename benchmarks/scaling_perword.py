@@ -43,9 +43,12 @@ def last(run: str) -> dict:
 def flags(run: str) -> str:
     cfg = json.loads(Path(run, "config.json").read_text())
     parts = [f"sync {cfg['sync']}", f"every {cfg['sync_every']:,}"]
-    if cfg.get("sync_full", 1) > 1:
+    tiers = cfg.get("sync_tiers")       # as run (--sync-full 0, auto, resolved); older runs: the flags
+    if tiers:
+        parts.append(f"tiers hot {tiers['hot']} full {tiers['full']}, {tiers['wire']}")
+    elif cfg.get("sync_full", 1) > 1:
         parts.append(f"tiers hot {cfg['sync_hot']} full {cfg['sync_full']}")
-    if cfg.get("wire", "fp32") != "fp32":
+    if not tiers and cfg.get("wire", "fp32") not in ("fp32", "auto"):
         parts.append(cfg["wire"])
     return ", ".join(parts)
 

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from .core.config import WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, parse_command, wire_of
+from .core.config import TIERS_AUTO_MIN_RANKS, WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, parse_command, wire_of
 from .core.errors import MpidweError
 from .core.prog import prog
 from .dist.comm import Comm
@@ -76,7 +76,7 @@ def warm_sync(cfg: TrainConfig, dim: int) -> None:
 
     rng = np.random.default_rng(0)
     params = [rng.standard_normal((TEXT_WORDS, dim)).astype(np.float32) for _ in range(2)]
-    for wire in sorted({wire_of(cfg, 2), wire_of(cfg, WIRE_AUTO_MIN_RANKS)}):     # --wire auto: both
+    for wire in sorted({wire_of(cfg, p) for p in (2, WIRE_AUTO_MIN_RANKS, TIERS_AUTO_MIN_RANKS)}):  # auto: each
         syncer = Synchronizer(Echo(), params, mode=cfg.sync, scale=2, allreduce=cfg.allreduce, wire=wire)
         for step in ((3,) if cfg.sync != "auto" else (3, 1)):
             touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]

@@ -75,14 +75,46 @@ def test_auto_goes_dense_once_the_padded_blocks_walk_as_many_rows_as_the_matrix(
     assert not dense_pays([0, 0], 0) and not dense_pays([0, 0], 10)      # nothing to combine: sparse's no-op
 
 
-def test_the_wire_of_auto_is_int8_where_syncs_go_dense_from_3_ranks_and_fp32_elsewhere():
+def test_the_wire_of_auto_is_int8_where_syncs_go_dense_from_3_ranks_int4_in_tiers_and_fp32_elsewhere():
     from mpidwe.core.config import TrainConfig, wire_of
 
     def cfg(**kw):
         return TrainConfig(corpus="c.h5", out="o", **kw)
 
-    assert cfg().wire == "auto" and wire_of(cfg(), 3) == wire_of(cfg(), 32) == "int8"     # the defaults
+    assert cfg().wire == "auto" and wire_of(cfg(), 3) == wire_of(cfg(), 7) == "int8"     # the defaults
+    assert wire_of(cfg(), 8) == wire_of(cfg(), 32) == "int4"         # from 8 ranks in tiers
     assert wire_of(cfg(), 2) == wire_of(cfg(), 1) == "fp32"          # up to 2 ranks: few syncs per epoch
-    assert wire_of(cfg(sync="dense"), 4) == "int8"
-    assert wire_of(cfg(sync="sparse"), 4) == wire_of(cfg(sync="average"), 4) == "fp32"
+    assert wire_of(cfg(sync="dense"), 4) == "int8" and wire_of(cfg(sync="dense", sync_full=8), 4) == "int4"
+    assert wire_of(cfg(sync="dense", sync_full=1), 16) == "int8"     # every row at every sync
+    assert wire_of(cfg(sync="sparse"), 4) == wire_of(cfg(sync="average"), 4) == wire_of(cfg(sync="sparse"), 16) == "fp32"
     assert wire_of(cfg(wire="fp32"), 4) == "fp32" and wire_of(cfg(sync="dense", wire="bf16"), 2) == "bf16"
+
+
+def test_tiers_are_automatic_from_8_ranks_where_they_apply_with_64_hot_rows_a_rank():
+    from mpidwe.core.config import TIERS_AUTO_FULL, TrainConfig, tiers_of
+
+    def cfg(**kw):
+        return TrainConfig(corpus="c.h5", out="o", **kw)
+
+    assert (cfg().sync_full, cfg().sync_hot) == (0, 0)                 # auto, resolved per run
+    assert tiers_of(cfg(), 7)[0] == 1 and tiers_of(cfg(), 2) == (1, 128)
+    assert tiers_of(cfg(), 8) == (TIERS_AUTO_FULL, 512) and tiers_of(cfg(), 16) == (TIERS_AUTO_FULL, 1024)
+    assert tiers_of(cfg(sync_hot=1024), 16) == (TIERS_AUTO_FULL, 1024)
+    assert tiers_of(cfg(sync_full=1), 16)[0] == 1 and tiers_of(cfg(sync_full=8), 2) == (8, 128)   # as given
+    for off in (dict(store="sharded"), dict(sync="average", max_local_lr=0.4), dict(kernel="torch")):
+        assert tiers_of(cfg(**off), 16)[0] == 1, off                  # where tiers do not apply: every row
+    assert tiers_of(cfg(), 16, kernel="torch")[0] == 1                 # --kernel auto chose torch
+
+
+def test_the_first_log_line_says_when_a_run_combines_in_tiers():
+    from mpidwe.train.rundir import summary_line
+
+    r = dict(loss="ns", negative=5, subwords=False, store="replicated", balance="off", model="skipgram", dim=100,
+             window=5, epochs=1, words_total=16_000_000, vocab_size=69_103, corpus="c.h5", ranks=16, threads=1,
+             kernel="numba", device="cpu", sync="auto", sync_every=15_625, lr=0.025, lr_scale=8,
+             compute_choice="", exchange="mpi", sync_tiers=dict(full=256, hot=1024, wire="int4"))
+    line = summary_line(r, "run/config.json")
+    assert ("sync auto every 15,625 words in tiers (1,024 most frequent rows every sync, all every 256, "
+            "wire int4), lr 0.025 x 8") in line
+    assert "tiers" not in summary_line(dict(r, sync_tiers=None), "run/config.json")
+    assert "tiers" not in summary_line({k: v for k, v in r.items() if k != "sync_tiers"}, "run/config.json")

@@ -63,8 +63,9 @@ def _cfg(*flags):
 
 @pytest.mark.parametrize("flags,msg", [
     (["--sync-full", "3"], "--sync-full must be a power of 2"),
-    (["--sync-full", "0"], "--sync-full must be a power of 2"),
-    (["--sync-hot", "0", "--sync-full", "4"], "--sync-hot must be >= 1"),
+    (["--sync-full", "-1"], "--sync-full must be a power of 2"),
+    (["--sync-full", "6"], "--sync-full must be a power of 2"),
+    (["--sync-hot", "-1", "--sync-full", "4"], "--sync-hot must be >= 1"),
     (["--wire", "int8", "--sync", "sparse"], "--wire bf16, int8 or int4 encodes the rows of --sync dense"),
     (["--wire", "int4", "--sync", "sparse"], "--wire bf16, int8 or int4 encodes the rows of --sync dense"),
     (["--sync-full", "4", "--store", "sharded"], "--sync-full > 1 combines rows in tiers"),

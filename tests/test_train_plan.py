@@ -78,6 +78,9 @@ def test_default_sync_interval_is_global_and_shrinks_beyond_four_ranks():
     # words all ranks train between two syncs: fixed up to 2 ranks, then 2/P of it
     assert [p * s for p, s in zip((1, 2, 4, 8), enwiki)] == [2_000_000, 2_000_000, 1_000_000, 500_000]
     assert auto_sync_every(2_724, 2) == 108_960 and auto_sync_every(2_724, 16) == 5_000
+    # in tiers: at most 16 ranks' interval, 2 W / 16^2
+    assert [auto_sync_every(69_103, p, tiered=True) for p in (2, 8, 12, 16, 32)] == [15_625, 15_625, 15_625, 15_625, 5_000]
+    assert auto_sync_every(2_724, 8, tiered=True) == 5_000
 
 
 # ----------------------------------------------------------- the docs' interval, from the code
@@ -104,6 +107,7 @@ def test_docs_state_the_default_interval_the_code_uses():
     code and --help said min(2M, 80 x V), up to 2 ranks, 2 W / P^2 beyond: every statement of
     the formula is checked against plan.py's constants, and the defaults table of
     docs/sync-modes.md cell by cell against auto_sync_every."""
+    from mpidwe.core.config import TIERS_AUTO_MIN_RANKS
     from mpidwe.train.plan import (SYNC_EVERY_MIN, SYNC_FULL_INTERVAL_RANKS, SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE,
                                    auto_sync_every)
 
@@ -128,5 +132,6 @@ def test_docs_state_the_default_interval_the_code_uses():
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         vocab = int(cells[0].rsplit(" ", 1)[1].replace(",", ""))
-        assert [int(c.replace(",", "")) for c in cells[1:]] == [auto_sync_every(vocab, p) for p in ranks], row
+        assert [int(c.replace(",", "")) for c in cells[1:]] == [
+            auto_sync_every(vocab, p, tiered=p >= TIERS_AUTO_MIN_RANKS) for p in ranks], row
     assert len(rows) == 2

@@ -187,16 +187,18 @@ class TrainConfig:
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/sync-modes.md)")
     wire: str = opt("auto", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits), "
-                    "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int8 for the dense syncs of the "
-                    "replicated store from 3 ranks on, fp32 elsewhere (docs/sync-modes.md)",
+                    "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int4 in tiers (--sync-full), int8 for "
+                    "the other dense syncs of the replicated store from 3 ranks on, fp32 elsewhere "
+                    "(docs/sync-modes.md)",
                     choices=["auto", "fp32", "bf16", "int8", "int4"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
                         "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
-    sync_hot: int = opt(1024, "--sync-full > 1: rows of each matrix, most frequent first, combined at every "
-                        "sync (docs/sync-modes.md, \"Tiers\")")
-    sync_full: int = opt(1, "every this many syncs all rows are combined; between, a sync combines the "
+    sync_hot: int = opt(0, "tiers: rows of each matrix, most frequent first, combined at every sync; 0: auto, "
+                        "64 x ranks (docs/sync-modes.md, \"Tiers\")")
+    sync_full: int = opt(0, "every this many syncs all rows are combined; between, a sync combines the "
                          "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
-                         "tiers); a power of 2; 1: every sync combines every row")
+                         "tiers); a power of 2; 1: every sync combines every row; 0: auto, 256 from 8 ranks on "
+                         "(replicated store, numba kernel, not --sync average), 1 below")
     balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
                        "speed: each round's words are divided among the ranks by the speed each measured "
                        "(for ranks of uneven speed; not bit-reproducible; resumes on any rank count)",
@@ -302,15 +304,15 @@ class TrainConfig:
         for name in ("lr",):
             _positive(name, getattr(self, name))
         _check(0 <= self.sample < 1 and math.isfinite(self.sample), f"--sample must be in [0, 1), got {self.sample}")
-        _check(self.sync_full >= 1 and self.sync_full & (self.sync_full - 1) == 0,
-               f"--sync-full must be a power of 2, got {self.sync_full}")
-        _check(self.sync_hot >= 1, f"--sync-hot must be >= 1, got {self.sync_hot}")
+        _check(self.sync_full >= 0 and self.sync_full & (self.sync_full - 1) == 0,
+               f"--sync-full must be a power of 2 (or 0: auto), got {self.sync_full}")
+        _check(self.sync_hot >= 0, f"--sync-hot must be >= 1 (or 0: auto), got {self.sync_hot}")
         _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto"),
                "--wire bf16, int8 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
         _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
-        _check(self.sync_full == 1 or (self.store == "replicated" and self.kernel not in ("torch", "triton")
+        _check(self.sync_full <= 1 or (self.store == "replicated" and self.kernel not in ("torch", "triton")
                                        and self.device != "cuda" and self.sync != "average"),
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
                "auto, sparse or dense")
@@ -370,10 +372,35 @@ class TrainConfig:
 WIRE_AUTO_MIN_RANKS = 3
 
 
+# --sync-full 0 (auto) combines in tiers from this many ranks on: there the rule's interval
+# makes every sync of every row cost more bytes per word than the kernel can hide, and the
+# most frequent TIERS_AUTO_HOT_PER_RANK x P rows of each matrix at every sync, the rest at
+# exponentially rarer syncs, keep one rank's quality (docs/sync-modes.md, "Tiers")
+TIERS_AUTO_MIN_RANKS = 8
+TIERS_AUTO_FULL = 256
+TIERS_AUTO_HOT_PER_RANK = 64
+
+
+def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba") -> tuple[int, int]:
+    """(every how many syncs all rows are combined, hot rows per matrix) on ``world_size``
+    ranks: --sync-full and --sync-hot, or for 0 (auto) tiers of TIERS_AUTO_FULL from
+    TIERS_AUTO_MIN_RANKS ranks on where they apply (the replicated store's numba kernel, not
+    --sync average) and every row at every sync (1) elsewhere; hot 0: 64 x ranks."""
+    hot = cfg.sync_hot or TIERS_AUTO_HOT_PER_RANK * max(world_size, 1)
+    if cfg.sync_full:
+        return cfg.sync_full, hot
+    applies = (world_size >= TIERS_AUTO_MIN_RANKS and cfg.store == "replicated" and kernel == "numba"
+               and cfg.kernel not in ("torch", "triton") and cfg.device != "cuda" and cfg.sync != "average")
+    return (TIERS_AUTO_FULL if applies else 1), hot
+
+
 def wire_of(cfg: TrainConfig, world_size: int) -> str:
     """The encoding of the replicated store's dense syncs on ``world_size`` ranks: --wire,
-    or for auto int8 where the sync has dense syncs (--sync auto or dense) from 3 ranks on,
-    and fp32 otherwise (sparse rows and average travel as float32)."""
+    or for auto, where the sync has dense syncs (--sync auto or dense), int4 in tiers
+    (tiers_of) and int8 from 3 ranks on, and fp32 otherwise (sparse rows and average travel
+    as float32)."""
     if cfg.wire != "auto":
         return cfg.wire
-    return "int8" if cfg.sync in ("auto", "dense") and world_size >= WIRE_AUTO_MIN_RANKS else "fp32"
+    if cfg.sync not in ("auto", "dense") or world_size < WIRE_AUTO_MIN_RANKS:
+        return "fp32"
+    return "int4" if tiers_of(cfg, world_size)[0] > 1 else "int8"

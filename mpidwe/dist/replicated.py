@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.config import TrainConfig, wire_of
+from ..core.config import TrainConfig, tiers_of, wire_of
 from ..core.errors import InputError
 from ..io import checkpoint
 from ..io.fsutil import reason
@@ -272,8 +272,9 @@ class ReplicatedStore(Store):
                                    mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
                                    wire=wire_of(cfg, comm.size), threads=setup.threads)
         self.stats = self.syncer.stats
-        self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, cfg.sync_hot, cfg.sync_full,
-                           [False, cfg.loss == "hs"]) if comm.size > 1 and cfg.sync_full > 1 else None
+        full, hot = tiers_of(cfg, comm.size)
+        self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, hot, full,
+                           [False, cfg.loss == "hs"]) if comm.size > 1 and full > 1 else None
         self.pending = False      # some rank may hold changes no sync has combined yet
         self._kernel = cpu.train_block
 

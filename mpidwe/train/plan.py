@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.config import TrainConfig, to_dict
+from ..core.config import TrainConfig, tiers_of, to_dict, wire_of
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
@@ -57,12 +57,22 @@ SYNC_FULL_INTERVAL_RANKS = 2
 SYNC_EVERY_MIN = 5_000
 
 
-def auto_sync_every(vocab_size: int, world_size: int = 1) -> int:
+# In tiers (config.tiers_of) the hot rows are combined at every sync and the rest wait, so
+# the interval must stay where the hot tier keeps quality: at most the rule's interval at
+# this many ranks (measured: 8 ranks in tiers lose 3 analogy points at their own rule's
+# 62,500 words per rank on enwiki, none at 16 ranks' 15,625; docs/sync-modes.md, "Tiers")
+TIERS_INTERVAL_RANKS = 16
+
+
+def auto_sync_every(vocab_size: int, world_size: int = 1, tiered: bool = False) -> int:
     """Default words per rank between syncs: W / P up to 2 ranks and 2 W / P^2 beyond, with
-    W = min(2M, 80 x V), and at least 5,000 (below that the per-sync overhead dominates)."""
+    W = min(2M, 80 x V), and at least 5,000 (below that the per-sync overhead dominates);
+    ``tiered`` (the run combines in tiers): at most 2 W / 16^2."""
     p = max(world_size, 1)
     global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
     share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
+    if tiered:
+        share = max(share, TIERS_INTERVAL_RANKS * TIERS_INTERVAL_RANKS / SYNC_FULL_INTERVAL_RANKS)
     return int(max(SYNC_EVERY_MIN, global_words // share))
 
 
@@ -182,7 +192,7 @@ def resolve_exchange(cfg: TrainConfig, kernel: str) -> None:
     if cfg.exchange == "torch" and kernel != "torch":
         raise ConfigError(f"--exchange torch moves the torch kernel's rows, but this run trains with {kernel} "
                           f"(--kernel auto on a CPU); give --kernel torch or leave out --exchange")
-    if kernel != "numba" and (cfg.sync_full > 1 or cfg.overlap):
+    if kernel != "numba" and (cfg.sync_full > 1 or cfg.overlap):       # auto (0): no tiers there
         flag = "--sync-full" if cfg.sync_full > 1 else "--overlap"
         raise ConfigError(f"{flag} needs the numba kernel on the CPU, but --kernel {cfg.kernel} chose {kernel} "
                           f"on this GPU node; give --kernel numba --device cpu or leave out {flag}")
@@ -234,7 +244,11 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     threads = resolve_threads(cfg, comm)
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
-    sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size)
+    full, hot = tiers_of(cfg, comm.size, kernel)
+    # as run: every F-th sync combines every row, the others the H most frequent and more
+    # (None: every sync, every row; the replicated store's numba kernel only)
+    tiers = dict(full=full, hot=hot, wire=wire_of(cfg, comm.size)) if full > 1 and comm.size > 1 else None
+    sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size, tiers is not None)
     sharded = {}
     if cfg.store == "sharded":
         share = min(comm.allgather(node_memory() // max(comm.node_size, 1)))
@@ -246,7 +260,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
         rounds = max(1, math.ceil(words_total / (comm.size * sync_every)))
     resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
                     compute_choice=compute.why,
-                    sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale,
+                    sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale, sync_tiers=tiers,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__, **sharded)
     own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs

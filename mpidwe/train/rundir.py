@@ -133,8 +133,14 @@ def summary_line(r: dict, config_json: str) -> str:
     return (f"{PROG} {__version__}: {r['model']}, dim {r['dim']}, window {r['window']}, {loss}{extras}, "
             f"{r['epochs']} epoch(s) of {r['words_total'] // max(r['epochs'], 1):,} words (vocabulary "
             f"{r['vocab_size']:,}) from {r['corpus']}; {r['ranks']} rank(s) x {r['threads']} thread(s), "
-            f"{r['kernel']} on {r['device']}{why}, sync {r['sync']} every {r['sync_every']:,} words{_bound(r)}, lr {r['lr']:g} x "
+            f"{r['kernel']} on {r['device']}{why}, sync {r['sync']} every {r['sync_every']:,} words{_bound(r)}{_tiers(r)}, lr {r['lr']:g} x "
             f"{r['lr_scale']}; every setting: {config_json}")
+
+
+def _tiers(r: dict) -> str:
+    t = r.get("sync_tiers")        # absent in a config.json written before tiers could be automatic
+    return (f" in tiers ({t['hot']:,} most frequent rows every sync, all every {t['full']:,}, wire {t['wire']})"
+            if t else "")
 
 
 def _bound(r: dict) -> str:

@@ -134,3 +134,34 @@ def test_an_overlapped_exchange_is_deterministic_leaves_the_ranks_identical_and_
         quality = {n: r.metrics[-1]["eval"] for n, (_, r) in runs.items()}
         sim = {n: next(v for k, v in q.items() if k.startswith("sim:")) for n, q in quality.items()}
         assert sim["a"] > sim["plain"] - 0.15, sim     # one round of staleness: 0.70 against 0.77 at 2 ranks
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parallel([3])
+def test_the_defaults_combine_in_tiers_as_int4_from_the_rank_count_that_turns_them_on(demo, job_tmp,  # noqa: F811
+                                                                                       monkeypatch):
+    """From TIERS_AUTO_MIN_RANKS ranks on (8; lowered to 3 here, the rest unchanged) a run
+    with no sync flags combines in tiers of 64 x P hot rows with int4 rows: config.json says
+    so, the interval is at most 16 ranks', the ranks end bit-identical, the model is that of
+    explicit tiers with the same settings, and at the same interval every row at every sync
+    sends more than twice the bytes."""
+    import mpidwe.core.config as config
+    from mpidwe.train.plan import auto_sync_every
+
+    comm = Comm.world()
+    monkeypatch.setattr(config, "TIERS_AUTO_MIN_RANKS", comm.size)
+    flags = ("--dim", "16", "--epochs", "1")
+    auto_digest, auto = train_here(comm, demo, job_tmp / "auto", "auto", *flags)
+    assert auto.config["sync_tiers"] == dict(full=config.TIERS_AUTO_FULL, hot=64 * comm.size, wire="int4")
+    vocab = auto.config["vocab_size"]
+    assert auto.config["sync_every"] == auto_sync_every(vocab, comm.size, tiered=True) < auto_sync_every(vocab, comm.size)
+    given = ("--sync-full", str(config.TIERS_AUTO_FULL), "--sync-hot", str(64 * comm.size), "--wire", "int4",
+             "--sync-every", str(auto.config["sync_every"]))
+    given_digest, given_run = train_here(comm, demo, job_tmp / "given", "auto", *flags, *given)
+    assert auto_digest == given_digest, "the automatic tiers are the explicit ones"
+    monkeypatch.setattr(config, "TIERS_AUTO_MIN_RANKS", comm.size + 1)           # one rank short: off
+    _, off = train_here(comm, demo, job_tmp / "off", "auto", *flags, "--sync-every", str(auto.config["sync_every"]))
+    assert off.config["sync_tiers"] is None and off.config["rounds"] == auto.config["rounds"]
+    if comm.is_root:
+        sent = lambda res: sum(res.metrics[-1]["sync_bytes"]) / sum(res.metrics[-1]["words_rank"])  # noqa: E731
+        assert sent(auto) == sent(given_run) < 0.5 * sent(off), (sent(auto), sent(off))
