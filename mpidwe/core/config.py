@@ -198,7 +198,7 @@ class TrainConfig:
     sync_full: int = opt(0, "every this many syncs all rows are combined; between, a sync combines the "
                          "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
                          "tiers); a power of 2; 1: every sync combines every row; 0: auto, 256 from 8 ranks on "
-                         "(replicated store, numba kernel, not --sync average), 1 below")
+                         "(replicated store, numba kernel, not --sync average or --loss hs), 1 below")
     balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
                        "speed: each round's words are divided among the ranks by the speed each measured "
                        "(for ranks of uneven speed; not bit-reproducible; resumes on any rank count)",
@@ -385,12 +385,13 @@ def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba") -> tuple[
     """(every how many syncs all rows are combined, hot rows per matrix) on ``world_size``
     ranks: --sync-full and --sync-hot, or for 0 (auto) tiers of TIERS_AUTO_FULL from
     TIERS_AUTO_MIN_RANKS ranks on where they apply (the replicated store's numba kernel, not
-    --sync average) and every row at every sync (1) elsewhere; hot 0: 64 x ranks."""
+    --sync average, not --loss hs) and every row at every sync (1) elsewhere; hot 0: 64 x ranks."""
     hot = cfg.sync_hot or TIERS_AUTO_HOT_PER_RANK * max(world_size, 1)
     if cfg.sync_full:
         return cfg.sync_full, hot
     applies = (world_size >= TIERS_AUTO_MIN_RANKS and cfg.store == "replicated" and kernel == "numba"
-               and cfg.kernel not in ("torch", "triton") and cfg.device != "cuda" and cfg.sync != "average")
+               and cfg.kernel not in ("torch", "triton") and cfg.device != "cuda" and cfg.sync != "average"
+               and cfg.loss != "hs")       # HS at 8 ranks: 1.2 analogy points below every row at every sync
     return (TIERS_AUTO_FULL if applies else 1), hot
 
 

@@ -172,6 +172,23 @@ class Synchronizer:
         return list(self._pool.map(lambda t: work(int(bounds[t]), int(bounds[t + 1])), range(self.threads)))
 
 
+def rest_of(spans: list[tuple[int, int]] | None, lengths: list[int]) -> list[tuple[int, int]] | None:
+    """Per matrix, the rows outside ``spans`` (a sync's, Tiers.spans) as one range [a, b): a
+    span starts at row 0 or ends at the last row, so the rest is contiguous; None: every
+    row (after a sync of every row nothing waits, but a flush then has nothing to do)."""
+    if spans is None:
+        return None
+    rest = []
+    for (a, b), n in zip(spans, lengths):
+        if a == 0:
+            rest.append((b, n))
+        elif b == n:
+            rest.append((0, a))
+        else:
+            return None
+    return rest
+
+
 class Tiers:
     """Which rows a sync combines (``--sync-full F``, pWord2Vec's schedule): sync k (counted
     from 1 over the whole run, so a resumed run keeps the schedule) combines the ``hot`` most
@@ -276,6 +293,7 @@ class ReplicatedStore(Store):
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, hot, full,
                            [False, cfg.loss == "hs"]) if comm.size > 1 and full > 1 else None
         self.pending = False      # some rank may hold changes no sync has combined yet
+        self._rest = None         # per matrix, the rows [a, b) outside the last sync's span (None: all)
         self._kernel = cpu.train_block
 
     def _step(self, tokens, starts, args):
@@ -283,12 +301,14 @@ class ReplicatedStore(Store):
 
     def train(self, work: Work, ahead: Work | None, rng: np.ndarray, args: KernelArgs, on_piece=None) -> Trained:
         self._rng = rng
+        self._rest = None          # rows trained since the last sync may wait anywhere
         return train_pieces(self._step, work.pieces, args, on_piece)
 
     def sync(self, rnd: int) -> float:
         spans = None if self.tiers is None else self.tiers.spans(rnd + 1)
         if self.exchange is None:
             self.pending = spans is not None
+            self._rest = rest_of(spans, [len(p) for p in self.params])
             return self.syncer.sync(list(self.params), list(self.touched), spans)
         biggest = self.exchange.land(self.params)          # round rnd - 1's, one round late
         self.pending = True
@@ -301,7 +321,9 @@ class ReplicatedStore(Store):
         if self.exchange is not None:
             self.exchange.land(self.params)
         if self.pending:
-            self.syncer.sync(list(self.params), list(self.touched))
+            # only the rows outside the last sync's span can wait: the rows it combined hold
+            # no change (the same model as a sync of every row, fewer rows to walk and send)
+            self.syncer.sync(list(self.params), list(self.touched), self._rest if self.exchange is None else None)
             self.pending = False
 
     def extra_comm_bytes(self) -> int:

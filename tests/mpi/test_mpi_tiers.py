@@ -8,7 +8,7 @@ import pytest
 
 from mpidwe.dist import wire
 from mpidwe.dist.comm import Comm
-from mpidwe.dist.replicated import Synchronizer
+from mpidwe.dist.replicated import Synchronizer, rest_of
 
 from test_mpi_train import demo, train_here  # noqa: F401  (demo: the module's corpus fixture)
 
@@ -53,6 +53,20 @@ def test_a_partial_sync_keeps_the_other_rows_changes_until_a_full_one_combines_t
     assert not tiered_mask.any()
     same(tiered, once)
     assert len(set(comm.allgather(tiered.tobytes()))) == 1
+
+    # a flush syncs only the rows outside the last span (rest_of): the same bits as a
+    # sync of every row, in fewer rows
+    rest, rest_mask = start.copy(), mask.copy()
+    r = Synchronizer(comm, [rest], mode=mode, scale=2)
+    rest += delta
+    r.sync([rest], [rest_mask], [(0, 10)])
+    assert rest_of([(0, 10)], [V]) == [(10, V)] and rest_of([(V - 10, V)], [V]) == [(0, V - 10)]
+    r.sync([rest], [rest_mask], rest_of([(0, 10)], [V]))
+    assert not rest_mask.any()
+    if mode != "auto":        # auto: the rest may travel sparse where every row went dense
+        np.testing.assert_array_equal(rest, tiered)
+    same(rest, once)
+    assert len(set(comm.allgather(rest.tobytes()))) == 1
 
 
 @pytest.mark.parallel([2, 3, 4])
