@@ -77,6 +77,8 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
     return {"ranks": ranks, "mode": mode, "exit": 0, "sim": last["eval"][names["sim"]],
             "analogy": last["eval"][names["analogy"]], "loss": last["loss"], "lr_scale": cfg["lr_scale"],
             "sync_every": cfg["sync_every"], "syncs": last["syncs"], "epochs": last["epoch"],
+            # in tiers (by default from 8 ranks): hot rows, every how many syncs all, the wire
+            "tiers": cfg.get("sync_tiers"),
             # --sync auto: the (sync, matrix) pairs that went dense
             "dense": last.get("sync_dense", 0),
             "mb_per_sync": max(last["sync_bytes"]) / syncs / 1e6,
@@ -99,7 +101,9 @@ def table(rows: list[dict]) -> str:
         if r["exit"]:
             lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 11)
             continue
-        lines.append(f"| {r['ranks']} | {r['mode']} | {r['lr_scale']} | {r['sync_every']:,} | "
+        t = r.get("tiers")
+        sync = r["mode"] + (f", tiers {t['hot']}/{t['full']} {t['wire']}" if t else "")
+        lines.append(f"| {r['ranks']} | {sync} | {r['lr_scale']} | {r['sync_every']:,} | "
                      f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['dense']} / {2 * r['syncs'] if r['ranks'] > 1 else 0} | "
                      f"{r['mb_per_sync']:.2f} | "
                      f"{r['bytes_per_word']:,.1f} | {r['array_share']:.3f} | {r['sim']:.3f} | "
