@@ -78,8 +78,11 @@ def test_default_sync_interval_is_global_and_shrinks_beyond_four_ranks():
     # words all ranks train between two syncs: fixed up to 2 ranks, then 2/P of it
     assert [p * s for p, s in zip((1, 2, 4, 8), enwiki)] == [2_000_000, 2_000_000, 1_000_000, 500_000]
     assert auto_sync_every(2_724, 2) == 108_960 and auto_sync_every(2_724, 16) == 5_000
-    # in tiers: at most 16 ranks' interval, 2 W / 16^2
-    assert [auto_sync_every(69_103, p, tiered=True) for p in (2, 8, 12, 16, 32)] == [15_625, 15_625, 15_625, 15_625, 5_000]
+    # in tiers: 16 ranks' interval per rank below 16 ranks, 2 W / 16^2, and 16 ranks' global
+    # interval beyond, 2 W / 16 shared among them (longer than the rule's 2 W / P^2 there)
+    assert [auto_sync_every(69_103, p, tiered=True) for p in (2, 8, 12, 16, 32, 64)] == [
+        15_625, 15_625, 15_625, 15_625, 7_812, 5_000]
+    assert auto_sync_every(69_103, 32, tiered=True) > auto_sync_every(69_103, 32) == 5_000
     assert auto_sync_every(2_724, 8, tiered=True) == 5_000
 
 

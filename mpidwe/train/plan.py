@@ -58,21 +58,23 @@ SYNC_EVERY_MIN = 5_000
 
 
 # In tiers (config.tiers_of) the hot rows are combined at every sync and the rest wait, so
-# the interval must stay where the hot tier keeps quality: at most the rule's interval at
-# this many ranks (measured: 8 ranks in tiers lose 3 analogy points at their own rule's
-# 62,500 words per rank on enwiki, none at 16 ranks' 15,625; docs/sync-modes.md, "Tiers")
+# the interval must stay where the hot tier keeps quality: the rule's global interval at
+# this many ranks, 2 W / 16, shared among the ranks from there on, and below it the rule's
+# interval per rank at this many ranks, 2 W / 16^2 (measured on enwiki: 8 ranks in tiers
+# lose 3 analogy points at their own rule's 62,500 words per rank, none at 15,625; 32 ranks
+# keep quality at 7,812, lose 1.6 points at 15,625; docs/sync-modes.md, "Tiers")
 TIERS_INTERVAL_RANKS = 16
 
 
 def auto_sync_every(vocab_size: int, world_size: int = 1, tiered: bool = False) -> int:
     """Default words per rank between syncs: W / P up to 2 ranks and 2 W / P^2 beyond, with
     W = min(2M, 80 x V), and at least 5,000 (below that the per-sync overhead dominates);
-    ``tiered`` (the run combines in tiers): at most 2 W / 16^2."""
+    ``tiered`` (the run combines in tiers): 2 W / (16 max(P, 16)), at least 5,000."""
     p = max(world_size, 1)
     global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
     share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
     if tiered:
-        share = max(share, TIERS_INTERVAL_RANKS * TIERS_INTERVAL_RANKS / SYNC_FULL_INTERVAL_RANKS)
+        share = TIERS_INTERVAL_RANKS * max(p, TIERS_INTERVAL_RANKS) / SYNC_FULL_INTERVAL_RANKS
     return int(max(SYNC_EVERY_MIN, global_words // share))
 
 
