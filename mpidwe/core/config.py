@@ -281,6 +281,12 @@ class TrainConfig:
     eval_pip: bool = opt(False, "also report the PIP loss against the corpus's SPPMI-SVD reference")
     eval_restrict_vocab: int = opt(30000, "analogy answers are searched among this many most frequent words")
 
+    def tiers_can_apply(self) -> bool:
+        """Whether tiers (--sync-full > 1) can combine this run's rows: the replicated store's
+        numba kernel, with --sync auto, sparse or dense."""
+        return (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"
+                and self.sync != "average")
+
     def __post_init__(self):
         _positive("keep_checkpoints", self.keep_checkpoints)
         _positive("checkpoint_every", self.checkpoint_every, allow_zero=True)
@@ -312,8 +318,7 @@ class TrainConfig:
         _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
-        _check(self.sync_full <= 1 or (self.store == "replicated" and self.kernel not in ("torch", "triton")
-                                       and self.device != "cuda" and self.sync != "average"),
+        _check(self.sync_full <= 1 or self.tiers_can_apply(),
                "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
                "auto, sparse or dense")
         _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
@@ -389,8 +394,7 @@ def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba") -> tuple[
     hot = cfg.sync_hot or TIERS_AUTO_HOT_PER_RANK * max(world_size, 1)
     if cfg.sync_full:
         return cfg.sync_full, hot
-    applies = (world_size >= TIERS_AUTO_MIN_RANKS and cfg.store == "replicated" and kernel == "numba"
-               and cfg.kernel not in ("torch", "triton") and cfg.device != "cuda" and cfg.sync != "average"
+    applies = (world_size >= TIERS_AUTO_MIN_RANKS and kernel == "numba" and cfg.tiers_can_apply()
                and cfg.loss != "hs")       # HS at 8 ranks: 1.2 analogy points below every row at every sync
     return (TIERS_AUTO_FULL if applies else 1), hot
 

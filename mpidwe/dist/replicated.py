@@ -293,7 +293,7 @@ class ReplicatedStore(Store):
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, hot, full,
                            [False, cfg.loss == "hs"]) if comm.size > 1 and full > 1 else None
         self.pending = False      # some rank may hold changes no sync has combined yet
-        self._rest = None         # per matrix, the rows [a, b) outside the last sync's span (None: all)
+        self._rest = None         # per matrix, the rows [a, b) outside the last blocking sync's span (None: all)
         self._kernel = cpu.train_block
 
     def _step(self, tokens, starts, args):
@@ -323,7 +323,7 @@ class ReplicatedStore(Store):
         if self.pending:
             # only the rows outside the last sync's span can wait: the rows it combined hold
             # no change (the same model as a sync of every row, fewer rows to walk and send)
-            self.syncer.sync(list(self.params), list(self.touched), self._rest if self.exchange is None else None)
+            self.syncer.sync(list(self.params), list(self.touched), self._rest)
             self.pending = False
 
     def extra_comm_bytes(self) -> int:

@@ -36,12 +36,6 @@ def encode(rows: np.ndarray, wire: str) -> np.ndarray:
     """float32 [n, d] -> uint8 [n, row_bytes]."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     n, d = rows.shape
-    if wire == "int4":
-        out = np.empty((n, row_bytes(wire, d)), dtype=np.uint8)
-        scales = np.empty(n, dtype=np.float32)
-        _encode_int4(rows, scales, out[:, 4:])
-        out[:, :4] = scales.view(np.uint8).reshape(n, 4)
-        return out
     if wire == "fp32":
         return rows.view(np.uint8).reshape(n, 4 * d)
     if wire == "bf16":
@@ -49,9 +43,12 @@ def encode(rows: np.ndarray, wire: str) -> np.ndarray:
         # round to nearest even on the 16 bits dropped (NaN stays NaN: its payload bits are kept high)
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         return rounded.astype(np.uint16).view(np.uint8).reshape(n, 2 * d)
-    out = np.empty((n, d + 4), dtype=np.uint8)
+    out = np.empty((n, row_bytes(wire, d)), dtype=np.uint8)      # int8, int4: a float32 scale, the values
     scales = np.empty(n, dtype=np.float32)
-    _encode_int8(rows, scales, out[:, 4:].view(np.int8))
+    if wire == "int4":
+        _encode_int4(rows, scales, out[:, 4:])
+    else:
+        _encode_int8(rows, scales, out[:, 4:].view(np.int8))
     out[:, :4] = scales.view(np.uint8).reshape(n, 4)
     return out
 
@@ -70,29 +67,34 @@ def decode_add(data: np.ndarray, wire: str, out: np.ndarray) -> np.ndarray:
         out += data.view(np.float32).reshape(n, dim)
     elif wire == "bf16":
         out += (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(n, dim)
-    elif wire == "int4":
-        scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(n)
-        _decode_add_int4(data[:, 4:], scales, out)
     else:
         scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(n)
-        _decode_add_int8(data[:, 4:].view(np.int8), scales, out)
+        if wire == "int4":
+            _decode_add_int4(data[:, 4:], scales, out)
+        else:
+            _decode_add_int8(data[:, 4:].view(np.int8), scales, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _peak(rows, i):
+    """Row ``i``'s largest |value|, NaN if it holds a NaN or an infinity."""
+    peak = np.float32(0.0)
+    probe = np.float32(0.0)                   # NaN if any value is NaN or infinite
+    for j in range(rows.shape[1]):
+        v = rows[i, j]
+        probe += v * np.float32(0.0)
+        a = abs(v)
+        peak = a if a > peak else peak
+    return peak if probe == probe else np.float32(np.nan)
 
 
 @njit(cache=True, nogil=True)
 def _encode_int8(rows, scales, q):
     n, d = rows.shape
     for i in range(n):
-        peak = np.float32(0.0)
-        finite = True
-        for j in range(d):
-            v = rows[i, j]
-            if not np.isfinite(v):
-                finite = False
-            a = abs(v)
-            if a > peak:
-                peak = a
-        if not finite:
+        peak = _peak(rows, i)
+        if peak != peak:
             scales[i] = np.float32(np.nan)
             for j in range(d):
                 q[i, j] = 0
@@ -114,20 +116,13 @@ def _decode_add_int8(q, scales, out):
             out[i, j] += np.float32(q[i, j]) * s
 
 
-
 @njit(cache=True, nogil=True)
 def _encode_int4(rows, scales, q):
     n, d = rows.shape
     half = d // 2
     for i in range(n):
-        peak = np.float32(0.0)
-        probe = np.float32(0.0)                   # NaN if any value is NaN or infinite
-        for j in range(d):
-            v = rows[i, j]
-            probe += v * np.float32(0.0)
-            a = abs(v)
-            peak = a if a > peak else peak
-        if probe != probe:
+        peak = _peak(rows, i)
+        if peak != peak:
             scales[i] = np.float32(np.nan)
             for k in range(q.shape[1]):
                 q[i, k] = 0

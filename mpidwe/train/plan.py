@@ -72,9 +72,10 @@ def auto_sync_every(vocab_size: int, world_size: int = 1, tiered: bool = False) 
     ``tiered`` (the run combines in tiers): 2 W / (16 max(P, 16)), at least 5,000."""
     p = max(world_size, 1)
     global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
-    share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
     if tiered:
         share = TIERS_INTERVAL_RANKS * max(p, TIERS_INTERVAL_RANKS) / SYNC_FULL_INTERVAL_RANKS
+    else:
+        share = p * max(1, p / SYNC_FULL_INTERVAL_RANKS)
     return int(max(SYNC_EVERY_MIN, global_words // share))
 
 
