@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.config import TrainConfig, tiers_of, wire_of
+from ..core.config import TrainConfig, wire_of
 from ..core.errors import InputError
 from ..io import checkpoint
 from ..io.fsutil import reason
@@ -289,9 +289,9 @@ class ReplicatedStore(Store):
                                    mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
                                    wire=wire_of(cfg, comm.size), threads=setup.threads)
         self.stats = self.syncer.stats
-        full, hot = tiers_of(cfg, comm.size)
-        self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, hot, full,
-                           [False, cfg.loss == "hs"]) if comm.size > 1 and full > 1 else None
+        t = setup.tiers           # as the plan resolved them (config.tiers_of), None on one rank
+        self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, t["hot"], t["full"],
+                           [False, cfg.loss == "hs"]) if t else None
         self.pending = False      # some rank may hold changes no sync has combined yet
         self._rest = None         # per matrix, the rows [a, b) outside the last blocking sync's span (None: all)
         self._kernel = cpu.train_block

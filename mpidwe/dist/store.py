@@ -62,6 +62,7 @@ class StoreSetup:
     device: str                    # where a device store keeps the parameters ("cpu", "cuda:N")
     vocab_size: int
     threads: int = 1               # the rank's threads (the kernel's, and the sync's array work)
+    tiers: dict | None = None      # the plan's sync_tiers (full, hot, wire); None: every row at every sync
 
 
 @dataclass

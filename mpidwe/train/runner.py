@@ -137,7 +137,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
                 origin = plan.resolved["init_from"]["path"]
-        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads)
+        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"])
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
         trainer.carry_chars(origin)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
