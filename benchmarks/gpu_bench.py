@@ -6,7 +6,8 @@ roofline, quality against numba, and at 2 ranks the share of time in the exchang
 
 Generates the demo corpus (``mpidwe.synth``) into a temporary directory, then for each of
 ``--kernels`` (torch: the eager torch kernel; triton: the fused kernel, needs CUDA or
-``TRITON_INTERPRET=1``) trains it at one rank through ``mpidwe.train.run`` and prints its
+``TRITON_INTERPRET=1``) trains it at one rank through ``mpidwe.train.run`` (after one untimed run on a small demo,
+``--count-tokens``, that compiles numba's and Triton's kernels) and prints its
 words/s (trained raw words / wall seconds of the run's compute, from metrics), its bytes per
 word (MODELLED: the torch kernel's from benchmarks/gpu_dispatch.py's counter over a short run,
 the fused kernel's from its layout, kernels/triton_kernel.py's docstring) times words/s over
@@ -50,23 +51,27 @@ def peak_bandwidth(device: str, mbytes: int = 1024) -> float:
     return 2 * n * 4 / best
 
 
-def torch_bytes_per_word(corpus: str, work: str, dim: int) -> float:
-    """The eager kernel's modelled traffic per trained word (gpu_dispatch's counter)."""
+def torch_bytes_per_word(small: str, work: str, dim: int) -> float:
+    """The eager kernel's modelled traffic per trained word (gpu_dispatch's counter, on the CPU,
+    over the small demo corpus ``small``: the counter runs CPU torch, slow on a large corpus,
+    and the traffic per word does not depend on the corpus's length)."""
     import gpu_dispatch
-    counts, words, _ = gpu_dispatch.count_training(corpus, os.path.join(work, "count"), epochs=1, dim=dim,
+    counts, words, _ = gpu_dispatch.count_training(small, os.path.join(work, "count"), epochs=1, dim=dim,
                                                    export=False)
     return counts.bytes / max(words, 1)
 
 
 def triton_bytes_per_word(corpus: str, dim: int) -> float:
-    """The fused kernel's modelled traffic per raw word, from its layout of the first 1M tokens:
-    every context and output row read once and atomically added once (3 x 4 D bytes), the
-    ids (8 bytes), the per-pair gradients written and read (2 x 4 BK bytes)."""
+    """The fused kernel's modelled traffic per raw word, from its layout of the first 1M tokens
+    (the torch kernel's, laid out on the CPU): for a centre with n > 0 contexts, every context
+    and output row read once and atomically added once (3 x 4 D bytes each), the slot ids and
+    weights (12 bytes a slot), the output ids and weights (12 bytes each), its rate and loss
+    (8 bytes); a centre with no context reads its slot weights and writes its loss."""
     import numpy as np
     from mpidwe.core.config import TrainConfig
     from mpidwe.core.vocab import keep_probabilities, negative_table
     from mpidwe.io.corpus import Corpus
-    from mpidwe.kernels import triton_kernel
+    from mpidwe.kernels import torch_kernel
     from mpidwe.kernels.args import KernelArgs
 
     with Corpus(corpus) as c:
@@ -75,11 +80,12 @@ def triton_bytes_per_word(corpus: str, dim: int) -> float:
     cfg = TrainConfig(corpus=corpus, out="-")
     args = KernelArgs(keep_prob=keep_probabilities(counts, cfg.sample), neg_table=negative_table(counts),
                       words_total=len(tokens), window=cfg.window, negative=cfg.negative, shared_negatives=True)
-    layout, n = triton_kernel.host_layout(tokens, starts, 1, args)
-    k1 = layout.targets.shape[1]
-    bk = 1 << (k1 - 1).bit_length()
-    rows = layout.n_pairs + layout.n_centres * k1
-    return (rows * (12 * dim + 8) + layout.n_pairs * 8 * bk + layout.n_centres * 8) / max(n, 1)
+    layout = torch_kernel.prepare_block(tokens, starts, np.array([1], dtype=np.uint64), "cpu", args)
+    m, k1 = layout.contexts.shape[1], layout.targets.shape[1]
+    contexts = layout.ok.sum(1)
+    trained = int((contexts > 0).sum())
+    rows = float(contexts.sum()) + trained * k1
+    return (rows * 12 * dim + trained * (m * 12 + k1 * 12 + 8) + (len(contexts) - trained) * (m * 4 + 4)) / len(tokens)
 
 
 def train_one(corpus, out, kernel, device, dim, epochs, threads, keys):
@@ -121,20 +127,29 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, help="numba's threads (0: the node's cores)")
     p.add_argument("--ranks", type=int, default=2, help="ranks of the exchange run (0 or 1: none)")
     p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth copy")
+    p.add_argument("--count-tokens", type=int, default=200_000,
+                   help="small demo corpus: the torch kernel's bytes per word are counted on it (CPU torch), "
+                        "and each kernel trains it once before its timed run (compilation)")
     a = p.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here (use --device cpu)")
     with tempfile.TemporaryDirectory() as work:
         corpus = make_demo(Path(work), a.tokens, seed=5)
+        Path(work, "small").mkdir()
+        small = make_demo(Path(work, "small"), min(a.count_tokens, a.tokens), seed=5)
         keys = (os.path.join(work, "demo-similarity.tsv"), os.path.join(work, "demo-analogies.txt"))
         peak = peak_bandwidth(a.device, a.copy_mb)
         print(f"device {a.device}: peak copy bandwidth {peak / 1e9:,.1f} GB/s (measured, {a.copy_mb} MB copy)")
+        warm_up = (lambda kernel, device: train_one(small, os.path.join(work, "warm-" + kernel), kernel, device,
+                                                    a.dim, 1, a.threads, keys))
+        warm_up("numba", "cpu")        # compile (numba's JIT, Triton's) outside the timed runs
         ref = train_one(corpus, os.path.join(work, "numba"), "numba", "cpu", a.dim, a.epochs, a.threads, keys)
         print(f"numba (cpu): {ref['words_per_s']:,.0f} words/s, similarity {ref['similarity']:.3f}, "
               f"analogy {ref['analogy']:.2%}")
         for kernel in a.kernels:
-            per_word = (torch_bytes_per_word(corpus, work, a.dim) if kernel == "torch"
+            per_word = (torch_bytes_per_word(small, work, a.dim) if kernel == "torch"
                         else triton_bytes_per_word(corpus, a.dim))
+            warm_up(kernel, a.device)
             r = train_one(corpus, os.path.join(work, kernel), kernel, a.device, a.dim, a.epochs, a.threads, keys)
             print(f"{kernel} ({a.device}): {r['words_per_s']:,.0f} words/s, {per_word:,.0f} bytes/word (modelled) "
                   f"= {per_word * r['words_per_s'] / peak:.1%} of the roofline; similarity {r['similarity']:.3f} "

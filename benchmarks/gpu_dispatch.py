@@ -136,10 +136,28 @@ def _op_bytes(name, args, out) -> int:
 
 
 @contextlib.contextmanager
-def counting():
-    """A DispatchCounter, plus the host reads the dispatcher does not see."""
+def counting(run_fused: bool = True, fused: bool = False):
+    """A DispatchCounter, plus the host reads the dispatcher does not see, plus (``fused``)
+    the fused kernel's Triton launches (``triton_kernel.launch``; the dispatcher does not see
+    them): one op and one launch each. ``run_fused=False`` counts them without running them
+    (on a CPU they run only under ``TRITON_INTERPRET=1``, slowly; the op stream does not
+    depend on the parameters' values, so the counts are the same, the model is not).
+    triton_kernel is imported only when ``fused``: Triton decides at that import whether its
+    kernels are interpreted."""
     counter = DispatchCounter()
     originals = {m: getattr(torch.Tensor, m) for m in HOST_READS}
+    if fused:
+        from mpidwe.kernels import triton_kernel
+        real_launch = triton_kernel.launch
+
+    def launch(kernel, grid, *args):
+        counter.counts.ops += 1
+        counter.counts.launches += 1
+        counter.counts.by_op["triton:" + getattr(kernel, "__name__", getattr(getattr(kernel, "fn", None), "__name__",
+                                                                           "kernel"))] += 1
+        if run_fused:
+            with torch.utils._python_dispatch._disable_current_modes():
+                real_launch(kernel, grid, *args)
 
     def wrap(method):
         def read(self, *a, **k):
@@ -149,16 +167,21 @@ def counting():
 
     for m in HOST_READS:
         setattr(torch.Tensor, m, wrap(m))
+    if fused:
+        triton_kernel.launch = launch
     try:
         with counter:
             yield counter
     finally:
+        if fused:
+            triton_kernel.launch = real_launch
         for m, f in originals.items():
             setattr(torch.Tensor, m, f)
 
 
-def count_training(corpus: str, out: str, **options) -> tuple[Counts, int, float]:
-    """Train with the torch kernel on the CPU under the counter: (counts, words, seconds)."""
+def count_training(corpus: str, out: str, run_fused: bool = True, **options) -> tuple[Counts, int, float]:
+    """Train with the torch kernel (``kernel="triton"``: the fused one) on the CPU under the
+    counter: (counts, words, seconds)."""
     from mpidwe.dist.comm import Comm
     from mpidwe.core.config import TrainConfig
     from mpidwe.train import run
@@ -166,7 +189,7 @@ def count_training(corpus: str, out: str, **options) -> tuple[Counts, int, float
     cfg = TrainConfig(**dict(dict(corpus=corpus, out=out, kernel="torch", device="cpu", progress=False,
                                   force=True), **options))
     t = time.perf_counter()
-    with counting() as counter:
+    with counting(run_fused, fused=cfg.kernel == "triton") as counter:
         res = run(cfg, Comm.serial(), log=None)
     return counter.counts, res.words_total, time.perf_counter() - t
 
@@ -190,19 +213,25 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=None, help="default: TrainConfig's")
     p.add_argument("--model", default="skipgram", choices=["skipgram", "cbow"])
+    p.add_argument("--kernel", default="torch", choices=["torch", "triton"],
+                   help="triton: the fused kernel's launches are counted, not run (unless TRITON_INTERPRET=1)")
     p.add_argument("--no-shared-negatives", action="store_true")
     p.add_argument("--dim", type=int, default=100)
     p.add_argument("--top", type=int, default=12, help="ops to list")
     a = p.parse_args(argv)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    opts = dict(epochs=a.epochs, model=a.model, dim=a.dim, shared_negatives=not a.no_shared_negatives)
+    opts = dict(epochs=a.epochs, model=a.model, dim=a.dim, shared_negatives=not a.no_shared_negatives,
+                kernel=a.kernel)
     if a.batch_size:
         opts["batch_size"] = a.batch_size
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_demo(Path(tmp), a.tokens)
-        counts, words, seconds = count_training(corpus, str(Path(tmp) / "run"), **opts)
+        run_fused = os.environ.get("TRITON_INTERPRET") == "1"
+        if a.kernel == "triton":     # the plan allows triton on the CPU only so; its launches are stubbed
+            os.environ["TRITON_INTERPRET"] = "1"
+        counts, words, seconds = count_training(corpus, str(Path(tmp) / "run"), run_fused=run_fused, **opts)
     per = counts.per_million(words)
-    print(f"torch kernel on CPU, 1 rank, demo corpus {a.tokens:,} tokens x {a.epochs} epochs = {words:,} "
+    print(f"{a.kernel} kernel on CPU, 1 rank, demo corpus {a.tokens:,} tokens x {a.epochs} epochs = {words:,} "
           f"trained words, {opts}")
     print(f"per 1M trained words: {per['ops']:,.0f} dispatched ops, {per['launches']:,.0f} launches "
           f"(non-view ops), {per['syncs']:,.1f} host syncs, {per['bytes'] / 1e6:,.0f} MB moved "

@@ -82,6 +82,16 @@ def test_the_first_log_line_states_the_choice_and_its_reason(no_gpu):
     assert ", torch on cpu (auto: no NVIDIA GPU found; --kernel torch on the CPU, where numba is faster), " in line
 
 
+def test_kernel_triton_on_the_cpu_is_a_test_mode_only(no_gpu, monkeypatch):
+    monkeypatch.setattr(plan_module, "_triton_available", lambda: True)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ConfigError, match=r"^--kernel triton runs on CUDA \(on the CPU only under TRITON_INTERPRET=1"):
+        choose_compute(cfg(kernel="triton"), Comm.serial())
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_kernel(cfg(kernel="triton"), "cpu") == (
+        "triton", "--kernel triton on the CPU under TRITON_INTERPRET=1 (a test mode, slow)")
+
+
 def test_exchange_torch_needs_the_torch_kernel(no_gpu):
     with pytest.raises(ConfigError, match="--exchange torch moves the torch kernel's rows, but this run trains "
                                           "with numba"):
@@ -108,11 +118,22 @@ def test_device_cuda_fails_at_once_in_one_line_before_the_corpus_is_read(tmp_pat
 
 
 # ------------------------------------------------------------------ with CUDA (mocked)
-def test_auto_on_a_node_with_cuda_chooses_the_torch_kernel_on_cuda_n(two_gpus):
+def test_auto_on_a_node_with_cuda_chooses_the_fused_kernel_on_cuda_n(two_gpus, monkeypatch):
     device, why = resolve_device(cfg(), node(3))
     assert device == "cuda:1", "node rank 3 of a node with 2 GPUs takes GPU 3 % 2"
     assert why == "auto: 2 CUDA device(s) found"
-    assert resolve_kernel(cfg(), device) == ("torch", "")
+    monkeypatch.setattr(plan_module, "_triton_available", lambda: True)
+    assert resolve_kernel(cfg(), device) == ("triton", "")
+    # where the fused kernel does not apply, or triton is missing: the torch kernel, and why
+    assert resolve_kernel(cfg(model="cbow"), device) == (
+        "torch", "auto: torch kernel, not triton (the fused kernel trains skip-gram with shared negatives and "
+                 "negative sampling only)")
+    assert resolve_kernel(cfg(loss="hs"), device)[0] == "torch"
+    assert resolve_kernel(cfg(shared_negatives=False), device)[0] == "torch"
+    monkeypatch.setattr(plan_module, "_triton_available", lambda: False)
+    assert resolve_kernel(cfg(), device) == ("torch", "auto: torch kernel, not triton (triton is not installed)")
+    with pytest.raises(ConfigError, match="^--kernel triton needs the triton package"):
+        resolve_kernel(cfg(kernel="triton"), device)
     assert resolve_device(cfg(device="cuda"), node(0))[0] == "cuda:0"
     with pytest.raises(ConfigError, match="--kernel numba runs on the CPU only"):
         resolve_kernel(cfg(kernel="numba"), device)
@@ -120,7 +141,7 @@ def test_auto_on_a_node_with_cuda_chooses_the_torch_kernel_on_cuda_n(two_gpus):
 
 
 def test_auto_on_cuda_refuses_what_the_device_store_cannot_do(two_gpus):
-    """--kernel auto picks torch on a CUDA node, whose store has no tiers and no overlap:
+    """--kernel auto picks triton or torch on a CUDA node, whose store has no tiers and no overlap:
     said in one line, not ignored (config.py can only check a kernel the user names)."""
     for kw, flag in (({"sync_full": 8, "sync": "dense"}, "--sync-full"), ({"overlap": True}, "--overlap")):
         with pytest.raises(ConfigError, match=f"^{flag} needs the numba kernel on the CPU"):
@@ -134,9 +155,10 @@ def test_on_cuda_the_store_puts_the_parameters_on_the_gpu(two_gpus, monkeypatch)
     each tensor is asked to live and keeps it on the CPU)."""
     from mpidwe.dist.device import DeviceStore
 
+    monkeypatch.setattr(plan_module, "_triton_available", lambda: True)
     config = cfg(exchange="torch")
     choice = choose_compute(config, Comm.serial())
-    assert (choice.device, choice.kernel) == ("cuda:0", "torch")
+    assert (choice.device, choice.kernel) == ("cuda:0", "triton")
     assert store_class(config, SimpleNamespace(kernel=choice.kernel)) is DeviceStore
     asked = []
     real_to, real_zeros = torch.Tensor.to, torch.zeros

@@ -229,9 +229,10 @@ class TrainConfig:
     device: str = opt("auto", "auto (CUDA if present, else CPU), cpu or cuda",
                       choices=["auto", "cpu", "cuda"])
     threads: int = opt(0, "CPU threads per rank; 0: the node's cores divided among its ranks")
-    kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched; the "
-                      "CUDA path, also runs on CPU), triton (opt-in: one fused launch per batch of "
-                      "windows, CUDA; skip-gram with shared negatives) or auto (numba on CPU, torch on CUDA)",
+    kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched tensor ops; "
+                      "CUDA, also runs on CPU), triton (one fused launch per batch of windows, CUDA; "
+                      "skip-gram with shared negatives and negative sampling) or auto (numba on CPU; on "
+                      "CUDA triton where it applies and is installed, else torch; docs/benchmarks.md)",
                       choices=["auto", "numba", "torch", "triton"])
     shared_negatives: bool = opt(True, "skip-gram: one draw of negatives per centre word, shared by "
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
@@ -323,7 +324,7 @@ class TrainConfig:
                "auto, sparse or dense")
         _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
                                           and self.wire in ("fp32", "auto") and self.allreduce == "mpi"),
-               "--exchange torch moves the torch kernel's rows (--kernel torch, or auto on CUDA) on the "
+               "--exchange torch moves the torch or triton kernel's rows (--kernel torch/triton, or auto on CUDA) on the "
                "replicated store, by torch.distributed's own all-reduce in fp32 (not --wire, --allreduce ring)")
         _check(self.kernel != "triton" or (self.model == "skipgram" and self.shared_negatives and self.loss != "hs"),
                "--kernel triton trains skip-gram with shared negatives and negative sampling only")

@@ -160,12 +160,17 @@ class DeviceStore(Store):
             self._tables = (keep, table, torch_kernel.DeviceTables(keep, table, self.device))
         return self._tables[2]
 
+    @staticmethod
+    def _fused_kernel():
+        from ..kernels import triton_kernel       # imports triton: only runs that train with it
+        return triton_kernel.train_block
+
     def train(self, work: Work, ahead: Work | None, rng: np.ndarray, args: KernelArgs, on_piece=None) -> Trained:
         self.host_current = False
         if args.hs is not None:      # hierarchical softmax has its own torch module
             kernel = torch_hs.train_block
-        else:
-            kernel = torch_kernel.train_block
+        else:                        # --kernel triton: the same store, layout and tables, one fused launch per batch
+            kernel = self._fused_kernel() if args.fused else torch_kernel.train_block
             args = dataclasses.replace(args, tables=self.tables(args.keep_prob, args.neg_table))
 
         def step(tokens, starts, a):

@@ -5,7 +5,8 @@ Backends (import the one you need; importing this package loads neither numba no
 * ``kernels.cpu``          numba, the fast CPU path (Hogwild threads);
 * ``kernels.torch_kernel`` batched torch, for CUDA (and CPU, for tests);
 * ``kernels.triton_kernel`` skip-gram with shared negatives, one fused Triton launch per batch
-  (``--kernel triton``; reached through ``torch_kernel.train_block`` with ``args.fused``);
+  of the torch kernel's own layout (``--kernel triton``, the CUDA default where it applies;
+  the device store (dist/device.py) calls it where ``args.fused``);
 * ``kernels.reference``    plain numpy, readable and slow; the tests' yardstick.
 
 All three have the same entry point (``torch_hs.train_block``, the torch kernel's
@@ -78,8 +79,8 @@ The fields of ``args`` (KernelArgs):
   updates, are exactly those of the same call on the full matrices (kernels/plan.py lists
   the rows beforehand).
 * ``batch_size`` (torch kernels): centre words per batch (torch_hs: examples per batch);
-  None or 0 adapts to the run (torch_kernel.adaptive_batch_size; torch_hs: its BATCH_SIZE). ``fused`` (torch_kernel): train
-  through kernels/triton_kernel.py instead (``--kernel triton``). ``duplicate_steps`` (torch_kernel): how a batch divides a
+  None or 0 adapts to the run (torch_kernel.adaptive_batch_size; torch_hs: its BATCH_SIZE). ``fused``: the device store
+  trains through kernels/triton_kernel.py instead (``--kernel triton``). ``duplicate_steps`` (torch_kernel): how a batch divides a
   row's repeated updates (None: adaptive; see torch_kernel.py). ``tables`` (torch_kernel): a
   ``torch_kernel.DeviceTables`` holding keep_prob and neg_table on the device, built once
   (None: uploaded per block). The numba and reference kernels ignore the three.

@@ -38,7 +38,7 @@ class KernelArgs:
     batch_size: int | None = None  # torch kernels: centre words (or examples, HS) per batch
     duplicate_steps: float | None = None  # torch kernel: None is the adaptive divisor
     tables: Any = None             # torch kernel: keep_prob and neg_table on the device (DeviceTables)
-    fused: bool = False            # torch kernel: train through kernels/triton_kernel.py (--kernel triton)
+    fused: bool = False            # device store: train through kernels/triton_kernel.py (--kernel triton)
     words_done: float = 0.0        # global words done when this call starts
     words_scale: float = 1.0       # global words one of this call's words stands for
 

@@ -93,38 +93,16 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     the run's words per rank); ``args.duplicate_steps``:
     None (adaptive), a fixed cap, or ``float('inf')`` (duplicate updates summed unscaled):
     see the module docstring. ``args.tables``: keep_prob and neg_table on the device."""
-    if args.fused:      # --kernel triton: the same store and entry, one fused launch per batch
-        from . import triton_kernel
-        return triton_kernel.train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out,
-                                         args)
     check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched_out, args)
     a = args
-    keep_prob, neg_table, tables, duplicate_steps = a.keep_prob, a.neg_table, a.tables, a.duplicate_steps
-    batch_size = batch_size_of(a)
-    model, window, negative, shared_negatives = a.model, a.window, a.negative, a.shared_negatives
-    lr0, lr_min, words_done, words_scale, words_total = a.lr0, a.lr_min, a.words_done, a.words_scale, a.words_total
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    duplicate_steps, model = a.duplicate_steps, a.model
     n_tokens = len(tokens)
-    if n_tokens == 0:
-        return 0.0, 0, 0
     w_in, w_out = _tensor(w_in), _tensor(w_out)
     touched_in, touched_out = _tensor(touched_in), _tensor(touched_out)
-    device = w_in.device
-    if tables is None:
-        tables = DeviceTables(keep_prob, neg_table, device)
-    seed = int(rng_state[0])
-    rng_state[0] = next_seed(seed)
-    gen = torch.Generator(device=device).manual_seed(seed & SEED_MASK)
-    tokens = torch.as_tensor(np.asarray(tokens)).to(device).long()
-    starts = torch.as_tensor(np.asarray(sent_starts)).to(device)
-
-    kept, raw_pos, sentence = subsample(tokens, starts, tables.keep, gen)
-    if len(kept) == 0:
+    layout = prepare_block(tokens, sent_starts, rng_state, w_in.device, args)
+    if layout is None:
         return 0.0, 0, n_tokens
-    lr = centre_learning_rates(raw_pos, lr0, lr_min, words_done, words_scale, words_total)
-    layout = lay_out(kept, sentence, lr, tables, gen, args)
-    vocab = w_in.shape[0]
+    device, vocab = w_in.device, w_in.shape[0]
     # every slot of a row, input then output ids (output ids offset by V: one id space)
     ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
     ok = torch.cat((layout.ok, layout.target_ok), 1)
@@ -151,6 +129,28 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
 
 def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
+
+
+def prepare_block(tokens, sent_starts, rng_state, device, args) -> Layout | None:
+    """A block's layout on ``device`` (None for a block with no kept word): the generator
+    seeded from ``rng_state[0]`` (advanced to the next block's seed on the host), subsampling,
+    each centre's learning rate, then :func:`lay_out`. Shared by the fused kernel."""
+    batch_size = batch_size_of(args)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if len(tokens) == 0:
+        return None
+    tables = args.tables if args.tables is not None else DeviceTables(args.keep_prob, args.neg_table, device)
+    seed = int(rng_state[0])
+    rng_state[0] = next_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed & SEED_MASK)
+    tokens = torch.as_tensor(np.asarray(tokens)).to(device).long()
+    starts = torch.as_tensor(np.asarray(sent_starts)).to(device)
+    kept, raw_pos, sentence = subsample(tokens, starts, tables.keep, gen)
+    if len(kept) == 0:
+        return None
+    lr = centre_learning_rates(raw_pos, args.lr0, args.lr_min, args.words_done, args.words_scale, args.words_total)
+    return lay_out(kept, sentence, lr, tables, gen, args)
 
 
 # ------------------------------------------------------------------ laying out a block

@@ -175,24 +175,54 @@ def resolve_device(cfg: TrainConfig, comm: Comm) -> tuple[str, str]:
     return f"cuda:{comm.node_rank % n}", f"{'auto: ' if cfg.device == 'auto' else ''}{n} CUDA device(s) found"
 
 
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def fused_applies(cfg: TrainConfig) -> str:
+    """"" where the fused kernel can train this run, else why not."""
+    if cfg.model != "skipgram" or cfg.loss == "hs" or not cfg.shared_negatives:
+        return "the fused kernel trains skip-gram with shared negatives and negative sampling only"
+    if cfg.subwords:
+        return "--subwords runs on the numba kernel only"
+    return ""
+
+
 def resolve_kernel(cfg: TrainConfig, device: str) -> tuple[str, str]:
-    """The update kernel for ``device`` (auto: numba on the CPU, torch on CUDA) and why
-    ("" where the device or the option said it all)."""
+    """The update kernel for ``device`` and why ("" where the device or the option said it
+    all). auto: numba on the CPU; on CUDA the fused triton kernel (the fastest there, at
+    numba's quality: docs/benchmarks.md) where it applies and triton is installed, else torch."""
     if cfg.kernel == "auto":
-        return ("numba" if device == "cpu" else "torch"), ""
+        if device == "cpu":
+            return "numba", ""
+        why_not = fused_applies(cfg) or ("" if _triton_available() else "triton is not installed")
+        return ("torch", f"auto: torch kernel, not triton ({why_not})") if why_not else ("triton", "")
     if cfg.kernel == "numba" and device != "cpu":
-        raise ConfigError("--kernel numba runs on the CPU only; use --kernel torch (or auto) with CUDA")
+        raise ConfigError("--kernel numba runs on the CPU only; use --kernel triton, torch (or auto) with CUDA")
     if cfg.kernel == "torch":
         _import_torch("--kernel torch")
         if device == "cpu":
             return "torch", "--kernel torch on the CPU, where numba is faster"
+    if cfg.kernel == "triton":
+        _import_torch("--kernel triton")
+        if not _triton_available():
+            raise ConfigError("--kernel triton needs the triton package, which is not installed (pip install triton)")
+        if device == "cpu":
+            if os.environ.get("TRITON_INTERPRET") != "1":
+                raise ConfigError("--kernel triton runs on CUDA (on the CPU only under TRITON_INTERPRET=1, "
+                                  "for tests); use --kernel numba or auto on the CPU")
+            return "triton", "--kernel triton on the CPU under TRITON_INTERPRET=1 (a test mode, slow)"
     return cfg.kernel, ""
 
 
 def resolve_exchange(cfg: TrainConfig, kernel: str) -> None:
     """Refuse what the kernel ``--kernel auto`` chose cannot do (config.py checks only the
     kernel a user names): the device store has no tiers and no overlapped exchange."""
-    if cfg.exchange == "torch" and kernel != "torch":
+    if cfg.exchange == "torch" and kernel not in ("torch", "triton"):
         raise ConfigError(f"--exchange torch moves the torch kernel's rows, but this run trains with {kernel} "
                           f"(--kernel auto on a CPU); give --kernel torch or leave out --exchange")
     if kernel != "numba" and (cfg.sync_full > 1 or cfg.overlap):       # auto (0): no tiers there

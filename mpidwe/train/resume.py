@@ -32,8 +32,9 @@ RESUME_MUST_MATCH = ("model", "loss", "dim", "window", "negative", "sample", "lr
                      "segments", "subwords", "minn", "maxn", "buckets")
 
 
-# --batch-size decides which updates of the torch kernel share a parameter snapshot, so a
-# resumed torch run with another batch size computes other numbers; the numba kernel and
+# --batch-size decides which updates of the torch kernel share a parameter snapshot (and which
+# windows of the triton kernel race), so a resumed run with another batch size computes other
+# numbers; the numba kernel and
 # --loss hs (its own batch, kernels/torch_hs.py) ignore it
 RESUME_TORCH_MUST_MATCH = ("batch_size",)
 
@@ -100,7 +101,7 @@ def _stored_config(cfg: TrainConfig) -> dict | None:
 
 def resume_must_match(resolved: dict) -> tuple[str, ...]:
     """The options a resumed run must share with its checkpoint (resolved: this run's config)."""
-    torch_ns = resolved.get("kernel") == "torch" and resolved.get("loss", "ns") != "hs"
+    torch_ns = resolved.get("kernel") in ("torch", "triton") and resolved.get("loss", "ns") != "hs"
     return RESUME_MUST_MATCH + (RESUME_TORCH_MUST_MATCH if torch_ns else ())
 
 
