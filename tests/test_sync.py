@@ -7,7 +7,7 @@ import pytest
 from mpidwe.dist.comm import Comm
 from mpidwe.core.errors import ConfigError
 from mpidwe.dist.replicated import Synchronizer
-from mpidwe.dist.rule import _apply_rows, dense_pays, lr_scale, row_divisors
+from mpidwe.dist.rule import LONG_RUN_WORDS, _apply_rows, dense_pays, lr_scale, row_divisors
 
 
 def test_lr_scale_is_linear_up_to_the_stable_cap():
@@ -19,6 +19,19 @@ def test_lr_scale_is_linear_up_to_the_stable_cap():
     assert [lr_scale("sparse", p, 0.025, 0.05) for p in (1, 2, 4, 8)] == [1, 2, 2, 2]   # --loss hs's default
     with pytest.raises(ConfigError, match="--sync average trains every rank at P x --lr.*use --sync auto"):
         lr_scale("average", 8, 0.025, 0.1)
+
+
+def test_long_runs_on_5_to_15_ranks_train_at_a_lower_rate():
+    """From LONG_RUN_WORDS words per rank on, s is at most max(4, ceil(P / 2)): 8 ranks over
+    three enwiki epochs keep one rank's analogy at 4 x --lr and lose 2.4-3 points at 8 x
+    (docs/sync-modes.md); shorter runs keep min(P, cap); average, HS's cap and 1-4 ranks
+    are unchanged."""
+    long = LONG_RUN_WORDS
+    assert [lr_scale("sparse", p, 0.025, 0.2, long) for p in (1, 2, 4, 5, 6, 8, 9, 12, 15, 16, 32)] == [
+        1, 2, 4, 4, 4, 4, 5, 6, 8, 8, 8]
+    assert [lr_scale("auto", p, 0.025, 0.2, long - 1) for p in (4, 6, 8, 16)] == [4, 6, 8, 8]
+    assert lr_scale("auto", 8, 0.025, 0.05, 10 * long) == 2                       # --loss hs: its own cap
+    assert lr_scale("average", 8, 0.025, 0.2, 10 * long) == 8
 
 
 def test_row_divisors_keep_rare_rows_whole_and_hot_rows_near_the_mean():

@@ -13,7 +13,8 @@ SGNS diverges from P = 4 on (docs/sync-modes.md has the measurements). mpidwe th
 one rule, the *scaled mean*:
 
 - every rank trains at ``s x lr`` with ``s = min(P, max_local_lr / lr)`` (linear scaling,
-  capped where local SGNS stays stable);
+  capped where local SGNS stays stable), and in runs of at least LONG_RUN_WORDS words per
+  rank at most ``max(4, ceil(P / 2))`` (:func:`lr_scale`);
 - a row touched by ``n`` ranks moves by ``sum_r delta_r / max(s, n / 2)``.
 
 A row only one rank touched therefore moves by exactly one ``lr``-sized step per example,
@@ -44,10 +45,21 @@ MODES = ("auto", "dense", "sparse", "average")
 
 
 # ---------------------------------------------------------------- the rule (no comm)
-def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float) -> int:
-    """The factor ``s`` every rank multiplies the learning rate by. ``average`` divides every
-    row by P, so it needs ``s = P`` and is refused where that would train above
-    ``max_local_lr`` (local SGNS diverges there: docs/sync-modes.md)."""
+# A run trains at most LONG_RUN_SCALE ranks' rate (but at least 4 and P / 2) once every rank
+# trains this many words in the whole run: at 5 to 15 ranks, 8 x --lr costs 2.4-3 analogy
+# points over three enwiki epochs that 4 x keeps, while the runs shorter than about 200,000
+# words per rank learn the planted analogies of the test corpus faster at 8 x
+# (docs/sync-modes.md, "The local rate over several epochs").
+LONG_RUN_WORDS = 500_000
+
+
+def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_per_rank: float = 0.0) -> int:
+    """The factor ``s`` every rank multiplies the learning rate by: ``min(P, max_local_lr /
+    lr)``, and in a run of at least LONG_RUN_WORDS words per rank at most ``max(4, ceil(P /
+    2))`` (so from 5 to 15 ranks it trains at a lower rate, and a row every rank touched still
+    moves one process's step: divided by max(s, P / 2)). ``average`` divides every row by P,
+    so it needs ``s = P`` and is refused where that would train above ``max_local_lr``
+    (local SGNS diverges there: docs/sync-modes.md)."""
     if mode not in MODES:
         raise ConfigError(f"unknown sync mode {mode!r}")
     if world_size == 1:
@@ -62,6 +74,8 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float) -> int:
                 f"their mean, "
                 f"or run at most {cap} ranks")
         return world_size
+    if words_per_rank >= LONG_RUN_WORDS:
+        cap = min(cap, max(4, math.ceil(world_size / OVERSHOOT)))
     return min(world_size, cap)
 
 

@@ -273,7 +273,8 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     """``compute``: the run's device and kernel when already chosen (before the corpus opens)."""
     compute = choose_compute(cfg, comm) if compute is None else compute
     device, kernel = compute.device, compute.kernel
-    scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr)
+    scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr,
+                       corpus.n_tokens * cfg.epochs / comm.size)
     threads = resolve_threads(cfg, comm)
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
