@@ -450,6 +450,78 @@ def test_signal_during_a_run_removes_temporary_files(tmp_path, ranks, sig):
     assert not _ours(tmp_path), os.listdir(tmp_path)
 
 
+def _rank_pid(launcher_pid: int, rank: int) -> int | None:
+    """The PID of MPI rank ``rank`` among the descendants of ``launcher_pid`` (from /proc)."""
+    parents = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+
+    def descends(pid):
+        while pid in parents and pid > 1:
+            pid = parents[pid]
+            if pid == launcher_pid:
+                return True
+        return False
+
+    for pid in parents:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        ranks = {env.get(k) for k in (b"PMI_RANK", b"OMPI_COMM_WORLD_RANK")}
+        if str(rank).encode() in ranks and b"mpidwe.preprocess" in cmdline and descends(pid):
+            return pid
+    return None
+
+
+@pytest.mark.mpi
+def test_a_signal_to_one_rank_alone_ends_the_job(tmp_path):
+    """SIGTERM to rank 1 only (a node's own kill, not the launcher's): the other rank never
+    reaches the agreement, so rank 1 says it, with its rank, and aborts the job within
+    seconds: exit 143, no output file. (Where every rank gets the signal, they agree and end
+    without an abort: the test above.)"""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import mpi_command, mpi_env
+
+    src = tmp_path / "big.txt"
+    _big_text(src, 24)
+    out = tmp_path / "c.h5"
+    proc = subprocess.Popen(mpi_command(2, ["-m", "mpidwe.preprocess", str(src), "--output", str(out),
+                                            "--min-count", "1"]),
+                            env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    t = time.time()
+    while not any(".ids" in f for f in os.listdir(tmp_path)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() - t < 120, "no temporary files in time"
+        time.sleep(0.02)
+    pid = _rank_pid(proc.pid, 1)
+    assert pid is not None
+    t = time.time()
+    os.kill(pid, signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    except Exception:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 143, (proc.returncode, stderr)
+    lines = error_lines(stderr)
+    assert lines == ["python -m mpidwe.preprocess: error (rank 1): interrupted by SIGTERM; this run's "
+                     "temporary files were removed"], stderr
+    assert time.time() - t < 15
+    assert not out.exists()
+
+
 def test_a_signal_inside_a_callback_is_not_lost():
     """The signal handler raises where the main thread happens to be; inside a weakref
     callback (h5py releasing an object while writing) Python would print the exception

@@ -38,6 +38,7 @@ class Comm:
 
     def __init__(self, mpi_comm=None):
         self._comm = mpi_comm
+        self._side = None       # world(): COMM_WORLD itself, which no collective of mpidwe uses
         if mpi_comm is None:
             self.rank, self.size = 0, 1
             self.node_rank, self.node_size = 0, 1
@@ -63,6 +64,7 @@ class Comm:
             return cls.serial()
         MPI = _import_mpi()
         comm = cls(MPI.COMM_WORLD.Dup())
+        comm._side = MPI.COMM_WORLD
         if comm.size == 1:
             _check_launcher_world(MPI)
         return comm
@@ -304,6 +306,24 @@ class Comm:
             return fn(*args, **kwargs)
         result = self.agree(fn, *args, **kwargs) if self.is_root else self.agree(lambda: None)
         return self.bcast(result) if broadcast else result
+
+    def all_arrive_within(self, seconds: float, poll_s: float = 0.005) -> bool:
+        """Whether every rank calls this within ``seconds`` of this rank: a barrier with a
+        deadline, on COMM_WORLD (``world()``'s parent, which no other call uses, so it is safe
+        beside a collective that another rank left unfinished on this communicator). False
+        where a rank did not come in time, or no side communicator exists; the barrier is then
+        left pending, and the caller ends the job (``abort``)."""
+        if self._comm is None or self.size == 1:
+            return True
+        if self._side is None:
+            return False
+        request = self._side.Ibarrier()
+        deadline = time.monotonic() + seconds
+        while not request.Test():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+        return True
 
     def abort(self, code: int = EXIT_FAILURE) -> None:
         sys.stdout.flush()

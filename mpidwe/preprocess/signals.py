@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 
 from ..dist.comm import Comm
 
@@ -105,22 +104,29 @@ class Signals:
             sys.unraisablehook = self._old_hook
 
 
-# A launcher (mpiexec, srun, scancel) signals every rank at once: rank 0 reports and aborts
-# the job right away; any other rank waits this long first, so that it only reports (and
-# aborts) when it alone got the signal, and the operator sees one line either way.
+# A launcher (mpiexec, srun, scancel) signals every rank at once: then every rank arrives at
+# report_interrupt within about this long, all agree on it, rank 0 says it and every rank ends
+# on its own with the signal's exit code; a rank that finds the others do not arrive (it alone
+# got the signal, or another rank is stuck waiting for it in a collective) says it and aborts.
 OTHER_RANK_REPORT_DELAY_S = 2.0
 
 
 def report_interrupt(e: Interrupted, comm: Comm | None, prog: str) -> int:
-    """Say that the run stopped (one line for the job) and end the job; its exit code."""
+    """Say that the run stopped (one line for the job) and end the job; its exit code.
+
+    Not MPI_Abort where every rank stopped: the launcher kills the ranks an abort leaves
+    behind with SIGKILL, and then MPICH's mpiexec sometimes reports that (exit 9) rather than
+    the abort's code (seen once in 15 two-rank runs on a loaded machine)."""
     msg = f"{e}; this run's temporary files were removed"
     if comm is None or comm.size == 1:
         # comm is None while MPI starts: then every rank of a job has the signal; rank 0 says so
         if comm is not None or os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0":
             print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
         return e.exit_code
-    if not comm.is_root:
-        time.sleep(OTHER_RANK_REPORT_DELAY_S)
+    if comm.all_arrive_within(OTHER_RANK_REPORT_DELAY_S):
+        if comm.is_root:
+            print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
+        return e.exit_code
     where = "" if comm.is_root else f" (rank {comm.rank})"
     print(f"{prog}: error{where}: {msg}", file=sys.stderr, flush=True)
     comm.abort(e.exit_code)
