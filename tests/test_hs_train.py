@@ -127,6 +127,30 @@ def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path
             _check_resume(dict(ck.config, loss="hs"), ck, c, 1)
 
 
+def test_a_checkpoint_trained_at_another_scale_is_refused_on_the_same_ranks(demo, tmp_path):
+    """A change of the scale rule (dist/rule.py) must not continue an old run at another
+    rate: on the ranks and length that wrote it, a checkpoint's lr_scale must be the plan's; a
+    re-planned run (other ranks, more epochs) takes its plan's, and a checkpoint without one
+    is taken as it is."""
+    from mpidwe.core.errors import InputError
+    from mpidwe.io.corpus import Corpus
+    from mpidwe.train.resume import _check_resume
+
+    out = tmp_path / "run"
+    train(small(demo, out, loss="ns", epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    ck = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert (ck.config["ranks"], ck.config["lr_scale"]) == (1, 1)
+    with Corpus(str(demo / "corpus.h5")) as c:
+        _check_resume(dict(ck.config), ck, c, 1)
+        with pytest.raises(InputError, match=r"its 1 ranks trained at 1 x --lr, and this mpidwe trains this run "
+                                             r"at 2 x .*--init-from$"):
+            _check_resume(dict(ck.config, lr_scale=2), ck, c, 1)
+        _check_resume(dict(ck.config, lr_scale=2), ck, c, 2)                  # re-planned on 2 ranks
+        _check_resume(dict(ck.config, lr_scale=2, words_total=2 * ck.config["words_total"]), ck, c, 1)  # --epochs
+        del ck.config["lr_scale"]
+        _check_resume(dict(ck.config, lr_scale=2), ck, c, 1)                  # written before lr_scale
+
+
 def test_an_hs_run_is_inspected_and_exported_by_its_input_vectors(demo, tmp_path):
     import mpidwe
     from mpidwe.core.errors import InputError

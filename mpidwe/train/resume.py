@@ -126,6 +126,16 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
                 hint = f" (give --max-local-lr {old!r} to continue it{why})"
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
                              f"but the checkpoint has {old!r}{hint}")
+    old_scale = ck.config.get("lr_scale")
+    same_plan = ck.config.get("ranks") == world and ck.progress.words_total == resolved["words_total"]
+    if same_plan and old_scale is not None and old_scale != resolved.get("lr_scale"):
+        # the same options, ranks and length, another scale: the rule changed since
+        # (dist/rule.py); continuing at another rate would silently change the run (a
+        # re-planned run, on other ranks or with more epochs, takes its new plan's scale)
+        raise InputError(f"cannot resume from {ck.path}: its {world} ranks trained at {old_scale} x --lr, and "
+                         f"this mpidwe trains this run at {resolved.get('lr_scale')} x (the rule changed, "
+                         f"docs/sync-modes.md); resume it with the mpidwe that wrote it, or start a new run "
+                         f"from it with --init-from")
 
 
 def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, log,
