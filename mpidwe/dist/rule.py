@@ -45,12 +45,12 @@ MODES = ("auto", "dense", "sparse", "average")
 
 
 # ---------------------------------------------------------------- the rule (no comm)
-# A run trains at most LONG_RUN_SCALE ranks' rate (but at least 4 and P / 2) once every rank
-# trains this many words in the whole run: at 5 to 15 ranks, 8 x --lr costs 2.4-3 analogy
-# points over three enwiki epochs that 4 x keeps, while the runs shorter than about 200,000
-# words per rank learn the planted analogies of the test corpus faster at 8 x
+# A run's scale is at most max(4, ceil(P / 2)) once every rank trains this many words in the
+# whole run: at 5 to 15 ranks, 8 x --lr costs 1.6-3 analogy points over three enwiki epochs
+# (2M words per rank and epoch at 8 ranks) that 4 x keeps, while runs of 750,000 words per
+# rank and fewer (the demo corpora) learn their planted analogies better at 8 x
 # (docs/sync-modes.md, "The local rate over several epochs").
-LONG_RUN_WORDS = 500_000
+LONG_RUN_WORDS = 1_000_000
 
 
 def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_per_rank: float = 0.0) -> int:
