@@ -395,8 +395,9 @@ def _big_text(path, mbytes: int) -> None:
             fh.write(block)
 
 
-def _interrupt_when(proc, ready, sig, timeout=120):
-    """Send ``sig`` to ``proc`` once ``ready()`` holds; its (returncode, stderr, seconds to end)."""
+def _interrupt_when(proc, ready, sig, timeout=120, target=None, wait=10):
+    """Send ``sig`` to ``proc`` once ``ready()`` holds (``target``: to the PID it returns
+    then instead); its (returncode, stderr, seconds to end)."""
     import time
 
     t = time.time()
@@ -405,10 +406,12 @@ def _interrupt_when(proc, ready, sig, timeout=120):
             raise AssertionError(f"preprocess ended before the signal: {proc.communicate()}")
         assert time.time() - t < timeout, "no temporary files in time"
         time.sleep(0.02)
+    pid = proc.pid if target is None else target()
+    assert pid is not None
     t = time.time()
-    proc.send_signal(sig)
+    os.kill(pid, sig)
     try:
-        _, stderr = proc.communicate(timeout=10)
+        _, stderr = proc.communicate(timeout=wait)
     except Exception:
         proc.kill()
         proc.communicate()
@@ -489,7 +492,6 @@ def test_a_signal_to_one_rank_alone_ends_the_job(tmp_path):
     without an abort: the test above.)"""
     import signal
     import subprocess
-    import time
 
     from conftest import mpi_command, mpi_env
 
@@ -499,26 +501,13 @@ def test_a_signal_to_one_rank_alone_ends_the_job(tmp_path):
     proc = subprocess.Popen(mpi_command(2, ["-m", "mpidwe.preprocess", str(src), "--output", str(out),
                                             "--min-count", "1"]),
                             env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    t = time.time()
-    while not any(".ids" in f for f in os.listdir(tmp_path)):
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() - t < 120, "no temporary files in time"
-        time.sleep(0.02)
-    pid = _rank_pid(proc.pid, 1)
-    assert pid is not None
-    t = time.time()
-    os.kill(pid, signal.SIGTERM)
-    try:
-        _, stderr = proc.communicate(timeout=30)
-    except Exception:
-        proc.kill()
-        proc.communicate()
-        raise
-    assert proc.returncode == 143, (proc.returncode, stderr)
+    rc, stderr, seconds = _interrupt_when(proc, lambda: any(".ids" in f for f in os.listdir(tmp_path)),
+                                          signal.SIGTERM, target=lambda: _rank_pid(proc.pid, 1), wait=30)
+    assert rc == 143, (rc, stderr)
     lines = error_lines(stderr)
     assert lines == ["python -m mpidwe.preprocess: error (rank 1): interrupted by SIGTERM; this run's "
                      "temporary files were removed"], stderr
-    assert time.time() - t < 15
+    assert seconds < 15
     assert not out.exists()
 
 

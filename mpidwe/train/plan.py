@@ -176,11 +176,9 @@ def resolve_device(cfg: TrainConfig, comm: Comm) -> tuple[str, str]:
 
 
 def _triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    from ..kernels import triton_kernel       # only on a CUDA node: it imports torch and triton
+
+    return triton_kernel.available()
 
 
 def fused_applies(cfg: TrainConfig) -> str:
