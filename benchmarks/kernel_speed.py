@@ -218,8 +218,9 @@ def stage_function(stage: int):
 
     from mpidwe.kernels.chunk import make_scratch, refresh_lr
     from mpidwe.kernels.common import LR_REFRESH_WORDS
-    from mpidwe.kernels.rows import dot, gradient
+    from mpidwe.kernels.rows import gradient
     from mpidwe.kernels.sampling import draw_negatives, sentence, shrunk_window, subsample
+    from mpidwe.kernels.simd import row_dots
     from mpidwe.kernels.window import shared_window
 
     @njit(nogil=True, fastmath=True)
@@ -275,8 +276,10 @@ def stage_function(stage: int):
                             acc += row[k]
                 elif stage == 6:                       # the scores and their table gradients
                     for i in range(n_ctx):
+                        row_dots(params.w_in[ctx[i]], params.w_out, outs, n_out, scratch.scores_g[i], dim)
+                    for i in range(n_ctx):
                         for j in range(n_out):
-                            g, l_ = gradient(dot(params.w_in[ctx[i]], params.w_out[outs[j]], dim), 1 - min(j, 1), lr)
+                            g, l_ = gradient(scratch.scores_g[i, j], 1 - min(j, 1), lr)
                             acc += g + l_
                 else:                                  # the kernel's window update
                     noise = (outs, scratch.codes, n_out, False)

@@ -81,6 +81,7 @@ class Scratch(NamedTuple):
     h: np.ndarray
     grad_h: np.ndarray
     scores_g: np.ndarray
+    scores_t: np.ndarray    # scores_g transposed: an output row's gradients, contiguous
     grad_in: np.ndarray
     hbuf: np.ndarray
     hold: np.ndarray
@@ -187,7 +188,7 @@ def make_scratch(chunk, targets, dim):
     n_out = max(targets.negative + 1, targets.points.shape[1])
     return Scratch(np.empty(longest, np.int32), np.empty(longest, np.int64), np.empty(m, np.int64),
                    np.empty(targets.negative + 1, np.int64), np.empty(dim, np.float32), np.empty(dim, np.float32),
-                   np.empty((m, n_out), np.float32), np.empty((m, dim), np.float32),
+                   np.empty((m, n_out), np.float32), np.empty((n_out, m), np.float32), np.empty((m, dim), np.float32),
                    np.empty((m, dim), np.float32), np.empty((m, dim), np.float32),
                    np.arange(m).astype(np.int64), np.zeros(m, np.uint8), _noise_codes(targets.negative))
 

@@ -12,8 +12,10 @@ import numpy as np
 from numba import njit
 
 from .common import MAX_EXP, SIGMOID_BIN_SCALE, sigmoid_tables
+from .simd import row_dot
 
 SIGMOID, LOSS = sigmoid_tables()
+LAST_BIN = len(SIGMOID) - 1
 
 
 class Params(NamedTuple):
@@ -36,9 +38,9 @@ def mark(touched, row):
 @njit(inline="always")
 def table_gradient(score, label, lr):
     """(g, loss) inside (-MAX_EXP, MAX_EXP): g = (label - sigmoid(score)) * lr from word2vec's
-    table, and the loss from the same bin."""
-    i = int((score + MAX_EXP) * SIGMOID_BIN_SCALE)
-    return np.float32((label - SIGMOID[i]) * lr), np.float64(LOSS[label, i])
+    table, in float32 (the precision it is applied in), and the loss from the same bin."""
+    i = min(int((score + np.float32(MAX_EXP)) * np.float32(SIGMOID_BIN_SCALE)), LAST_BIN)  # float32 can round up
+    return (np.float32(label) - SIGMOID[i]) * np.float32(lr), np.float64(LOSS[label, i])
 
 
 @njit(inline="always")
@@ -54,10 +56,8 @@ def gradient(score, label, lr):
 
 @njit(inline="always")
 def dot(h, o, dim):
-    score = np.float32(0.0)
-    for k in range(dim):
-        score += h[k] * o[k]
-    return score
+    """h . o in independent vector chains (simd.row_dot)."""
+    return row_dot(h, o, dim)
 
 
 @njit(inline="always")
