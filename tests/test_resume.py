@@ -42,7 +42,7 @@ TIERS = ("--sync", "dense", "--wire", "int8", "--sync-full", "4", "--sync-hot", 
 
 
 @pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS), (2, ("--overlap",)),
-                                         (2, ("--sync-seconds", "0.02"))],
+                                         (2, ("--sync-seconds", "0.005"))],
                          ids=["2", "4", "8", "3-tiers", "2-overlap", "2-sync-seconds"])
 def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks, extra):
     full = tmp_path / "full"

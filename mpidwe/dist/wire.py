@@ -46,9 +46,9 @@ def encode(rows: np.ndarray, wire: str) -> np.ndarray:
     out = np.empty((n, row_bytes(wire, d)), dtype=np.uint8)      # int8, int4: a float32 scale, the values
     scales = np.empty(n, dtype=np.float32)
     if wire == "int4":
-        _encode_int4(rows, scales, out[:, 4:])
+        _encode_int4(rows, rows.view(np.uint32), scales, out[:, 4:])
     else:
-        _encode_int8(rows, scales, out[:, 4:].view(np.int8))
+        _encode_int8(rows, rows.view(np.uint32), scales, out[:, 4:].view(np.int8))
     out[:, :4] = scales.view(np.uint8).reshape(n, 4)
     return out
 
@@ -76,35 +76,43 @@ def decode_add(data: np.ndarray, wire: str, out: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
-def _peak(rows, i):
-    """Row ``i``'s largest |value|, NaN if it holds a NaN or an infinity."""
-    peak = np.float32(0.0)
-    probe = np.float32(0.0)                   # NaN if any value is NaN or infinite
-    for j in range(rows.shape[1]):
-        v = rows[i, j]
-        probe += v * np.float32(0.0)
-        a = abs(v)
-        peak = a if a > peak else peak
-    return peak if probe == probe else np.float32(np.nan)
+_ABS = np.uint32(0x7FFFFFFF)
+_NOT_FINITE = np.uint32(0x7F800000)      # this exponent or more: an infinity or a NaN
 
 
 @njit(cache=True, nogil=True)
-def _encode_int8(rows, scales, q):
+def _scale(bits, i, levels, scales, cell):
+    """Row ``i``'s scale, its largest |value| / ``levels``, into scales[i]; returns 1 / scale
+    (0 for a zero row). NaN (and 0) if the row holds a NaN or an infinity. The largest |value|
+    is found on the float32 bits (``bits``: the rows viewed as uint32): for finite floats
+    the order of |x| is the order of their bits without the sign, so an integer maximum (which
+    vectorises) gives it exactly, and a non-finite value shows as the top exponent. ``cell``:
+    a one-element uint32 buffer (turns the bits back into a float without an allocation)."""
+    row = bits[i]
+    top = np.uint32(0)
+    for j in range(row.shape[0]):
+        top = max(top, row[j] & _ABS)
+    if top >= _NOT_FINITE:
+        scales[i] = np.float32(np.nan)
+        return np.float32(0.0)
+    cell[0] = top                             # cell: one uint32, read back as float32
+    scale = np.float32(cell.view(np.float32)[0] / np.float32(levels))
+    scales[i] = scale
+    return np.float32(1.0) / scale if scale > 0 else np.float32(0.0)
+
+
+@njit(cache=True, nogil=True)
+def _encode_int8(rows, bits, scales, q):
     n, d = rows.shape
+    cell = np.empty(1, np.uint32)
     for i in range(n):
-        peak = _peak(rows, i)
-        if peak != peak:
-            scales[i] = np.float32(np.nan)
-            for j in range(d):
-                q[i, j] = 0
+        inv = _scale(bits, i, 127.0, scales, cell)
+        r, qi = rows[i], q[i]
+        if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
+            qi[:] = 0
             continue
-        scale = np.float32(peak / np.float32(127.0))
-        scales[i] = scale
-        inv = np.float32(1.0) / scale if scale > 0 else np.float32(0.0)
         for j in range(d):
-            x = np.rint(rows[i, j] * inv)
-            q[i, j] = np.int8(min(max(x, -127.0), 127.0))
+            qi[j] = np.int8(min(max(np.rint(r[j] * inv), np.float32(-127.0)), np.float32(127.0)))
 
 
 @njit(cache=True, nogil=True)
@@ -117,38 +125,40 @@ def _decode_add_int8(q, scales, out):
 
 
 @njit(cache=True, nogil=True)
-def _encode_int4(rows, scales, q):
+def _encode_int4(rows, bits, scales, q):
     n, d = rows.shape
     half = d // 2
+    levels = np.empty(d, np.int32)
+    cell = np.empty(1, np.uint32)
     for i in range(n):
-        peak = _peak(rows, i)
-        if peak != peak:
-            scales[i] = np.float32(np.nan)
-            for k in range(q.shape[1]):
-                q[i, k] = 0
-            continue
-        scale = np.float32(peak / np.float32(7.0))
-        scales[i] = scale
-        inv = np.float32(1.0) / scale if scale > 0 else np.float32(0.0)
-        if not inv < np.float32(3.0e38):          # a subnormal scale: the row is zero to float32
+        inv = _scale(bits, i, 7.0, scales, cell)
+        if not inv < np.float32(3.0e38):      # a subnormal scale: the row is zero to float32
             inv = np.float32(0.0)
+        r, qi = rows[i], q[i]
+        if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
+            qi[:] = 0
+            continue
+        for j in range(d):          # -7..7 as 1..15
+            levels[j] = np.int32(min(max(np.rint(r[j] * inv), np.float32(-7.0)), np.float32(7.0))) + 8
         for k in range(half):
-            lo = np.int32(min(max(np.rint(rows[i, 2 * k] * inv), -7.0), 7.0)) + 8
-            hi = np.int32(min(max(np.rint(rows[i, 2 * k + 1] * inv), -7.0), 7.0)) + 8
-            q[i, k] = np.uint8(lo | (hi << 4))
+            qi[k] = np.uint8(levels[2 * k] | (levels[2 * k + 1] << 4))
         if d & 1:
-            q[i, half] = np.uint8(np.int32(min(max(np.rint(rows[i, d - 1] * inv), -7.0), 7.0)) + 8)
+            qi[half] = np.uint8(levels[d - 1])
 
 
 @njit(cache=True, nogil=True)
 def _decode_add_int4(q, scales, out):
     n, d = out.shape
     half = d // 2
-    for i in range(n):
-        s = scales[i]
+    levels = np.empty(d, np.float32)
+    for i in range(n):              # the levels of a row first, then one contiguous multiply-add
+        qi, s = q[i], scales[i]
         for k in range(half):
-            b = np.int32(q[i, k])
-            out[i, 2 * k] += np.float32((b & 15) - 8) * s
-            out[i, 2 * k + 1] += np.float32((b >> 4) - 8) * s
+            b = np.int32(qi[k])
+            levels[2 * k] = np.float32((b & 15) - 8)
+            levels[2 * k + 1] = np.float32((b >> 4) - 8)
         if d & 1:
-            out[i, d - 1] += np.float32(np.int32(q[i, half]) - 8) * s
+            levels[d - 1] = np.float32(np.int32(qi[half]) - 8)
+        row = out[i]
+        for j in range(d):
+            row[j] += levels[j] * s
