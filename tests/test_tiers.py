@@ -120,3 +120,17 @@ def test_decode_add_sums_into_its_target():
         atol = 0.5 / 7 * 11 if name == "int4" else 0.06              # half a step of the largest row's
         np.testing.assert_allclose(got, rows + 1, rtol=0.01, atol=atol)
         np.testing.assert_allclose(got, wire.decode(wire.encode(rows, name), name, 4) + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name,levels", [("int8", 127.0), ("int4", 7.0)])
+def test_the_scale_is_the_rows_largest_magnitude_over_the_levels_exactly(name, levels):
+    """The encoders find the largest |value| on the float32 bits (dist/wire.py _scale): it
+    must be the float maximum itself, whichever sign holds it, down to subnormal rows."""
+    rng = np.random.default_rng(3)
+    rows = (rng.standard_normal((200, 37)) * rng.uniform(1e-30, 1e3, (200, 1))).astype(np.float32)
+    rows[0] = -rows[0] * 0 - 5.0                    # all negative: the peak is a negative value's magnitude
+    rows[1, 7] = -1e4                               # a negative peak among positive values
+    rows[2] = 1e-41                                 # subnormal
+    scales = wire.encode(rows, name)[:, :4].copy().view(np.float32)[:, 0]
+    want = (np.abs(rows).max(axis=1) / np.float32(levels)).astype(np.float32)
+    np.testing.assert_array_equal(scales, want)
