@@ -188,7 +188,10 @@ def test_evaluations_match_the_evaluator_and_gensim(run_dir, exported):
     kv = gensim.models.KeyedVectors.load_word2vec_format(exported["binary"], binary=True)
     g_pearson, g_spearman, g_oov = kv.evaluate_word_pairs(sim)
     assert pearson[0] == pytest.approx(g_pearson[0], abs=1e-5)
-    assert spearman[0] == pytest.approx(g_spearman[0], abs=1e-5) and oov == pytest.approx(g_oov)
+    # cosines agree to float32 rounding (1.8e-7 here), but two of them equal in one tool can
+    # differ by that rounding in the other, and a tie ranks differently from a near-tie: the
+    # rank correlations then differ by a few 1e-5 (a seen case: 0.400760 against 0.400837)
+    assert spearman[0] == pytest.approx(g_spearman[0], abs=5e-4) and oov == pytest.approx(g_oov)
     assert pearson[1] == pytest.approx(g_pearson[1], rel=1e-3) and spearman[1] == pytest.approx(g_spearman[1], rel=1e-3)
 
     accuracy, report = vecs.evaluate_word_analogies(ana, restrict_vocab=len(vecs))
