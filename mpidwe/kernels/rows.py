@@ -15,7 +15,6 @@ from .common import MAX_EXP, SIGMOID_BIN_SCALE, sigmoid_tables
 from .simd import row_dot
 
 SIGMOID, LOSS = sigmoid_tables()
-LAST_BIN = len(SIGMOID) - 1
 
 
 class Params(NamedTuple):
@@ -39,7 +38,7 @@ def mark(touched, row):
 def table_gradient(score, label, lr):
     """(g, loss) inside (-MAX_EXP, MAX_EXP): g = (label - sigmoid(score)) * lr from word2vec's
     table, in float32 (the precision it is applied in), and the loss from the same bin."""
-    i = min(int((score + np.float32(MAX_EXP)) * np.float32(SIGMOID_BIN_SCALE)), LAST_BIN)  # float32 can round up
+    i = int((score + MAX_EXP) * SIGMOID_BIN_SCALE)     # the bin as the reference finds it (float64)
     return (np.float32(label) - SIGMOID[i]) * np.float32(lr), np.float64(LOSS[label, i])
 
 
