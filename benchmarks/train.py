@@ -155,7 +155,8 @@ def main() -> int:
     warm = warm_corpus(work)
     run_mpidwe(os.path.join(warm, "corpus.h5"), os.path.join(warm, "run"), 1, 2, "sparse", 1, a.seed, ["--no-export"])
 
-    layouts = [("2x1", 2, 1, "auto", []), ("1x2", 1, 2, "sparse", []), ("2x1-sparse", 2, 1, "sparse", []), ("2x1-dense", 2, 1, "dense", []),
+    layouts = [("2x1", 2, 1, "auto", []), ("1x2", 1, 2, "sparse", []), ("2x1-sparse", 2, 1, "sparse", []),
+               ("2x1-dense", 2, 1, "dense", []),
                ("1x1", 1, 1, "sparse", []), ("2x1-average", 2, 1, "average", []),
                ("1x2-per-pair", 1, 2, "sparse", ["--no-shared-negatives"]),
                ("1x2-halfdecay", 1, 2, "sparse", ["--min-lr-ratio", "0.5"])]

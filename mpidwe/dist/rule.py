@@ -40,6 +40,7 @@ import numpy as np
 from numba import njit
 
 from ..core.errors import ConfigError
+from .wire import NOT_FINITE_BITS, bits_value, largest_bits
 
 MODES = ("auto", "dense", "sparse", "average")
 
@@ -114,10 +115,6 @@ def _gather_delta(param, base, rows, out):
             out[i, k] = param[r, k] - base[r, k]
 
 
-_ABS_BITS = np.uint32(0x7FFFFFFF)         # a float32's bits without its sign
-_NOT_FINITE_BITS = np.uint32(0x7F800000)  # this or more: an infinity or a NaN
-
-
 @njit(inline="always")
 def _store(base, param, row, k, v, biggest):
     """base[row, k] = param[row, k] = v; returns the running max |v| (inf once NaN is seen)."""
@@ -169,8 +166,8 @@ def _apply_rows(base, param, rows, values, counts, scale, senders, lo, hi):
 @njit(cache=True, nogil=True)
 def _apply_dense(base, param, delta, divisors, counts):
     """base += delta / divisors for rows some rank touched; param = base there. Returns the
-    largest |value| written (inf if any is NaN or infinite), found as _store does but on the
-    rows' float32 bits after each row (an integer maximum; the row loops then vectorise)."""
+    largest |value| written (inf if any is NaN or infinite), as _store finds it, but on each
+    row's float32 bits after the row (wire.largest_bits; the row loops then vectorise)."""
     top = np.uint32(0)
     for row in range(base.shape[0]):
         if counts[row] == 0:
@@ -181,14 +178,10 @@ def _apply_dense(base, param, delta, divisors, counts):
             v = b[k] + d[k] / div
             b[k] = v
             p[k] = v
-        bits = p.view(np.uint32)
-        for k in range(bits.shape[0]):
-            top = max(top, bits[k] & _ABS_BITS)
-    if top >= _NOT_FINITE_BITS:
+        top = largest_bits(p.view(np.uint32), top)
+    if top >= NOT_FINITE_BITS:
         return np.inf
-    cell = np.empty(1, np.uint32)
-    cell[0] = top
-    return float(cell.view(np.float32)[0])
+    return float(bits_value(top, np.empty(1, np.uint32)))
 
 
 @njit(cache=True, nogil=True)

@@ -76,27 +76,39 @@ def decode_add(data: np.ndarray, wire: str, out: np.ndarray) -> np.ndarray:
     return out
 
 
-_ABS = np.uint32(0x7FFFFFFF)
-_NOT_FINITE = np.uint32(0x7F800000)      # this exponent or more: an infinity or a NaN
+ABS_BITS = np.uint32(0x7FFFFFFF)          # a float32's bits without its sign
+NOT_FINITE_BITS = np.uint32(0x7F800000)   # this or more: an infinity or a NaN
+
+
+@njit(cache=True, nogil=True)
+def largest_bits(row_bits, top):
+    """max(top, the largest |value| of a float32 row as bits): ``row_bits`` is the row viewed
+    as uint32. For finite floats the order of |x| is the order of their bits without the
+    sign, so this integer maximum (which vectorises) finds the largest magnitude exactly, and
+    a NaN or an infinity shows as NOT_FINITE_BITS or more."""
+    for j in range(row_bits.shape[0]):
+        top = max(top, row_bits[j] & ABS_BITS)
+    return top
+
+
+@njit(cache=True, nogil=True)
+def bits_value(top, cell):
+    """The float32 whose bits are ``top``; ``cell``: a one-element uint32 buffer (no
+    allocation per call)."""
+    cell[0] = top
+    return cell.view(np.float32)[0]
 
 
 @njit(cache=True, nogil=True)
 def _scale(bits, i, levels, scales, cell):
     """Row ``i``'s scale, its largest |value| / ``levels``, into scales[i]; returns 1 / scale
-    (0 for a zero row). NaN (and 0) if the row holds a NaN or an infinity. The largest |value|
-    is found on the float32 bits (``bits``: the rows viewed as uint32): for finite floats
-    the order of |x| is the order of their bits without the sign, so an integer maximum (which
-    vectorises) gives it exactly, and a non-finite value shows as the top exponent. ``cell``:
-    a one-element uint32 buffer (turns the bits back into a float without an allocation)."""
-    row = bits[i]
-    top = np.uint32(0)
-    for j in range(row.shape[0]):
-        top = max(top, row[j] & _ABS)
-    if top >= _NOT_FINITE:
+    (0 for a zero row). NaN (and 0) if the row holds a NaN or an infinity. ``bits``: the rows
+    viewed as uint32 (largest_bits)."""
+    top = largest_bits(bits[i], np.uint32(0))
+    if top >= NOT_FINITE_BITS:
         scales[i] = np.float32(np.nan)
         return np.float32(0.0)
-    cell[0] = top                             # cell: one uint32, read back as float32
-    scale = np.float32(cell.view(np.float32)[0] / np.float32(levels))
+    scale = np.float32(bits_value(top, cell) / np.float32(levels))
     scales[i] = scale
     return np.float32(1.0) / scale if scale > 0 else np.float32(0.0)
 

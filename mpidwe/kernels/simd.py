@@ -29,7 +29,6 @@ from numba.extending import intrinsic
 _WIDTH = 8          # float32 lanes of a 256-bit vector (AVX2)
 _GROUP = 6          # vectors of y held in registers in one pass over the rows
 _F32 = ir.FloatType()
-_VEC = ir.VectorType(_F32, _WIDTH)
 _QUAD = ir.VectorType(_F32, 4)
 _I64 = ir.IntType(64)
 
@@ -142,9 +141,13 @@ def _piece_type(width):
     return _F32 if width == 1 else ir.VectorType(_F32, width)
 
 
+def _piece_pointer(builder, base, at, width):
+    """A pointer to the width floats from base[at] (a float* when width is 1)."""
+    return builder.bitcast(builder.gep(base, [ir.Constant(_I64, at)]), _piece_type(width).as_pointer())
+
+
 def _load_piece(builder, base, at, width):
-    ptr = builder.bitcast(builder.gep(base, [ir.Constant(_I64, at)]), _piece_type(width).as_pointer())
-    return builder.load(ptr, align=4)
+    return builder.load(_piece_pointer(builder, base, at, width), align=4)
 
 
 def _splat(builder, value, width):
@@ -251,8 +254,7 @@ def accumulate_rows(typingctx, y, init, coefs, matrix, rows, n, dim):
                     builder.store(_fma(builder, _splat(builder, c, width), _load_piece(builder, row, at, width),
                                        builder.load(slot)), slot)
             for slot, (at, width) in zip(slots, group):
-                ptr = builder.bitcast(builder.gep(py, [ir.Constant(_I64, at)]), _piece_type(width).as_pointer())
-                builder.store(builder.load(slot), ptr, align=4)
+                builder.store(builder.load(slot), _piece_pointer(builder, py, at, width), align=4)
         return context.get_dummy_value()
 
     return types.void(y, init, coefs, matrix, rows, n, dim), codegen
