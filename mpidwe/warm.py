@@ -52,13 +52,15 @@ class Echo(Comm):
         arr += arr
         return arr
 
-    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str) -> np.ndarray:
+    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None,
+                                out: np.ndarray | None = None, split=None) -> np.ndarray:
         from .dist.wire import decode_add, encode     # the codec's compiled loops
 
-        sent = encode(arr, wire)
-        arr[:] = 0
-        decode_add(sent, wire, arr)
-        return decode_add(sent, wire, arr)
+        out = arr if out is None else out
+        sent = encode(arr, wire, minus)
+        out[:] = 0
+        decode_add(sent, wire, out)
+        return decode_add(sent, wire, out)
 
 
 def write_text(path: str) -> None:

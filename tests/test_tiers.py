@@ -134,3 +134,21 @@ def test_the_scale_is_the_rows_largest_magnitude_over_the_levels_exactly(name, l
     scales = wire.encode(rows, name)[:, :4].copy().view(np.float32)[:, 0]
     want = (np.abs(rows).max(axis=1) / np.float32(levels)).astype(np.float32)
     np.testing.assert_array_equal(scales, want)
+
+
+@pytest.mark.parametrize("name", wire.WIRES)
+@pytest.mark.parametrize("d", [1, 2, 7, 100])
+def test_encoding_a_difference_gives_the_bytes_of_the_difference(name, d):
+    """The sync encodes its changes, param - base, row by row without writing them out
+    (wire.encode's ``minus``): the bytes must be those of numpy's float32 difference, for
+    rows with NaN, infinities, zeros (equal rows) and subnormal differences too."""
+    rng = np.random.default_rng(d)
+    param = (rng.standard_normal((40, d)) * rng.uniform(1e-3, 10, (40, 1))).astype(np.float32)
+    base = (param + rng.standard_normal((40, d)).astype(np.float32) * np.float32(0.01)).astype(np.float32)
+    base[3] = param[3]                                      # untouched row: a zero change
+    param[5, 0], param[6, -1] = np.nan, -np.inf
+    base[7] = param[7] - np.float32(1e-42)                  # subnormal changes
+    got = wire.encode(param, name, minus=base)
+    want = wire.encode(param - base, name)
+    assert np.array_equal(got, want)
+    assert not wire.decode(got, name, d)[3].any()

@@ -199,7 +199,8 @@ class Comm:
         self.stats.add(sent, time.perf_counter() - t)
         return arr
 
-    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str) -> np.ndarray:
+    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None,
+                                out: np.ndarray | None = None, split=None) -> np.ndarray:
         """Sum a float32 [n, d] array over the ranks, in place, its rows travelling encoded
         (dist/wire.py), each value encoded twice whatever P: every rank sends each segment
         of its rows, encoded, to the segment's owner (Alltoallv); the owner decodes the P
@@ -207,26 +208,40 @@ class Comm:
         Allgather hands every rank the owners' bytes, which every rank decodes alike, so the
         result is bit-identical on every rank. The bytes are a ring all-reduce's,
         2 (P - 1) / P rows of ``row_bytes``; a ring would re-encode each partial sum at every
-        one of its P - 1 hops, its rounding growing with P."""
-        from .wire import decode_add, encode, row_bytes
+        one of its P - 1 hops, its rounding growing with P. ``minus``: sum ``arr - minus``
+        instead (encoded row by row, never written out); ``out``: where the sum goes
+        (default ``arr``); ``split(n, work)``: runs the encoding and decoding as ``work(a, b)``
+        over row ranges covering [0, n) (the rank's threads; every row is computed alike)."""
+        from .wire import decode_add, encode, row_bytes, whole
 
+        out = arr if out is None else out
+        split = whole if split is None else split
         if self._comm is None or self.size == 1:
-            return arr
+            if out is not arr or minus is not None:
+                np.subtract(arr, 0 if minus is None else minus, out=out)
+            return out
         p, r = self.size, self.rank
         n, d = arr.shape
         bounds = np.linspace(0, n, p + 1).astype(np.int64)
         lens = np.diff(bounds)
-        got, _ = self.alltoallv(encode(arr, wire), lens, recv_counts=np.full(p, lens[r]))
-        mine = np.zeros((int(lens[r]), d), dtype=np.float32)
-        for s in range(p):
-            decode_add(got[s * lens[r]:(s + 1) * lens[r]], wire, mine)
+        got, _ = self.alltoallv(encode(arr, wire, minus, split), lens, recv_counts=np.full(p, lens[r]))
+        own = int(lens[r])
+        mine = np.zeros((own, d), dtype=np.float32)
+        # each row of this rank's segment: the P contributions added in rank order
+        split(own, lambda a, b: [decode_add(got[s * own + a:s * own + b], wire, mine[a:b]) for s in range(p)])
         block = np.zeros((int(lens.max()), row_bytes(wire, d)), dtype=np.uint8)
-        block[:lens[r]] = encode(mine, wire)
+        block[:own] = encode(mine, wire, split=split)
         every = self.allgather_array(block)
-        arr[:] = 0.0
-        for s in range(p):
-            decode_add(every[s, :lens[s]], wire, arr[bounds[s]:bounds[s + 1]])
-        return arr
+
+        def unpack(a: int, b: int) -> None:          # rows [a, b) of out, from the segments they fall in
+            for s in range(p):
+                lo, hi = max(a, int(bounds[s])), min(b, int(bounds[s + 1]))
+                if lo < hi:
+                    out[lo:hi] = 0.0
+                    decode_add(every[s, lo - bounds[s]:hi - bounds[s]], wire, out[lo:hi])
+
+        split(n, unpack)
+        return out
 
     def allgather_array(self, arr: np.ndarray) -> np.ndarray:
         """Every rank's equally shaped ``arr``, stacked in rank order: [P, *arr.shape]. With

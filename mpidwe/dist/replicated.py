@@ -150,12 +150,13 @@ class Synchronizer:
     def _dense(self, param, base, mask, lo: int, hi: int) -> float:
         param, base = param[lo:hi], base[lo:hi]
         delta = np.empty_like(param)
-        self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
         if self.wire == "fp32":
+            self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
             self.comm.allreduce_(delta, self.allreduce)
             counts = mask[lo:hi].astype(np.int32)
-        else:                  # encoded rows; the touch counts in a byte each while P < 256
-            self.comm.allreduce_rows_encoded_(delta, self.wire)
+        else:                  # encoded rows (the changes encoded as they are computed: no pass
+            # that writes them); the touch counts in a byte each while P < 256
+            self.comm.allreduce_rows_encoded_(param, self.wire, minus=base, out=delta, split=self._by_rows)
             counts = mask[lo:hi].astype(np.uint8 if self.comm.size < 256 else np.int32)
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)

@@ -32,10 +32,21 @@ def row_bytes(wire: str, dim: int) -> int:
     return {"fp32": 4 * dim, "bf16": 2 * dim, "int8": dim + 4}[wire]
 
 
-def encode(rows: np.ndarray, wire: str) -> np.ndarray:
-    """float32 [n, d] -> uint8 [n, row_bytes]."""
+def whole(n: int, work) -> list:
+    """``work(0, n)`` in one piece: the default ``split`` (Synchronizer._by_rows splits by
+    row ranges over the rank's threads; every row is encoded alike either way)."""
+    return [work(0, n)]
+
+
+def encode(rows: np.ndarray, wire: str, minus: np.ndarray | None = None, split=whole) -> np.ndarray:
+    """float32 [n, d] -> uint8 [n, row_bytes]; ``minus``: encode ``rows - minus`` instead
+    (for int8 and int4 row by row, never materialised: the sync's changes without a pass
+    that writes them; the same bits as encoding the float32 difference). ``split(n,
+    work)``: runs ``work(a, b)`` over row ranges covering [0, n) (int8 and int4)."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     n, d = rows.shape
+    if minus is not None and wire in ("fp32", "bf16"):
+        rows, minus = np.subtract(rows, minus, dtype=np.float32), None
     if wire == "fp32":
         return rows.view(np.uint8).reshape(n, 4 * d)
     if wire == "bf16":
@@ -45,10 +56,9 @@ def encode(rows: np.ndarray, wire: str) -> np.ndarray:
         return rounded.astype(np.uint16).view(np.uint8).reshape(n, 2 * d)
     out = np.empty((n, row_bytes(wire, d)), dtype=np.uint8)      # int8, int4: a float32 scale, the values
     scales = np.empty(n, dtype=np.float32)
-    if wire == "int4":
-        _encode_int4(rows, rows.view(np.uint32), scales, out[:, 4:])
-    else:
-        _encode_int8(rows, rows.view(np.uint32), scales, out[:, 4:].view(np.int8))
+    minus = np.zeros((0, d), np.float32) if minus is None else np.ascontiguousarray(minus, dtype=np.float32)
+    codec, q = (_encode_int4, out[:, 4:]) if wire == "int4" else (_encode_int8, out[:, 4:].view(np.int8))
+    split(n, lambda a, b: codec(rows[a:b], minus[a:b] if len(minus) else minus, scales[a:b], q[a:b]))
     out[:, :4] = scales.view(np.uint8).reshape(n, 4)
     return out
 
@@ -100,11 +110,11 @@ def bits_value(top, cell):
 
 
 @njit(cache=True, nogil=True)
-def _scale(bits, i, levels, scales, cell):
+def _scale(row_bits, i, levels, scales, cell):
     """Row ``i``'s scale, its largest |value| / ``levels``, into scales[i]; returns 1 / scale
-    (0 for a zero row). NaN (and 0) if the row holds a NaN or an infinity. ``bits``: the rows
-    viewed as uint32 (largest_bits)."""
-    top = largest_bits(bits[i], np.uint32(0))
+    (0 for a zero row). NaN (and 0) if the row holds a NaN or an infinity. ``row_bits``: the
+    row viewed as uint32 (largest_bits)."""
+    top = largest_bits(row_bits, np.uint32(0))
     if top >= NOT_FINITE_BITS:
         scales[i] = np.float32(np.nan)
         return np.float32(0.0)
@@ -114,12 +124,25 @@ def _scale(bits, i, levels, scales, cell):
 
 
 @njit(cache=True, nogil=True)
-def _encode_int8(rows, bits, scales, q):
+def _row(rows, minus, i, diff):
+    """Row ``i`` to encode: rows[i], or rows[i] - minus[i] written into ``diff`` when
+    ``minus`` has rows (the same float32 difference numpy's subtract gives)."""
+    if minus.shape[0] == 0:
+        return rows[i]
+    r, m = rows[i], minus[i]
+    for j in range(diff.shape[0]):
+        diff[j] = r[j] - m[j]
+    return diff
+
+
+@njit(cache=True, nogil=True)
+def _encode_int8(rows, minus, scales, q):
     n, d = rows.shape
     cell = np.empty(1, np.uint32)
+    diff = np.empty(d, np.float32)
     for i in range(n):
-        inv = _scale(bits, i, 127.0, scales, cell)
-        r, qi = rows[i], q[i]
+        r, qi = _row(rows, minus, i, diff), q[i]
+        inv = _scale(r.view(np.uint32), i, 127.0, scales, cell)
         if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
             qi[:] = 0
             continue
@@ -137,16 +160,17 @@ def _decode_add_int8(q, scales, out):
 
 
 @njit(cache=True, nogil=True)
-def _encode_int4(rows, bits, scales, q):
+def _encode_int4(rows, minus, scales, q):
     n, d = rows.shape
     half = d // 2
     levels = np.empty(d, np.int32)
     cell = np.empty(1, np.uint32)
+    diff = np.empty(d, np.float32)
     for i in range(n):
-        inv = _scale(bits, i, 7.0, scales, cell)
+        r, qi = _row(rows, minus, i, diff), q[i]
+        inv = _scale(r.view(np.uint32), i, 7.0, scales, cell)
         if not inv < np.float32(3.0e38):      # a subnormal scale: the row is zero to float32
             inv = np.float32(0.0)
-        r, qi = rows[i], q[i]
         if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
             qi[:] = 0
             continue

@@ -107,7 +107,8 @@ def test_training_in_tiers_leaves_the_ranks_identical_and_sends_less(demo, job_t
 
 
 @pytest.mark.parallel([2, 3])
-@pytest.mark.parametrize("mode,wire_name", [("sparse", "fp32"), ("dense", "fp32"), ("dense", "int8"), ("auto", "int8")])
+@pytest.mark.parametrize("mode,wire_name", [("sparse", "fp32"), ("dense", "fp32"), ("dense", "int8"), ("auto", "int8"),
+                                             ("dense", "int4"), ("dense", "bf16")])
 def test_the_array_work_on_several_threads_gives_the_same_bits(mode, wire_name):
     """Row ranges per thread: each row is computed as on one thread, in rank order."""
     comm = Comm.world()
