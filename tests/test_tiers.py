@@ -152,3 +152,33 @@ def test_encoding_a_difference_gives_the_bytes_of_the_difference(name, d):
     want = wire.encode(param - base, name)
     assert np.array_equal(got, want)
     assert not wire.decode(got, name, d)[3].any()
+
+
+@pytest.mark.parametrize("name", ["bf16", "int8", "int4"])
+@pytest.mark.parametrize("d", [1, 7, 100])
+def test_applying_encoded_sums_gives_the_bits_of_decoding_them_first(name, d):
+    """The sync applies the summed changes as it decodes them (rule.apply_encoded): the same
+    float32 parameters, bases and largest value as decoding into a zeroed array and applying
+    that (rule._apply_dense), for rows with a NaN, zero rows and rows no rank touched."""
+    from mpidwe.dist.rule import _apply_dense, apply_encoded, row_divisors
+
+    rng = np.random.default_rng(d)
+    n = 60
+    sums = (rng.standard_normal((n, d)) * rng.uniform(1e-3, 1, (n, 1))).astype(np.float32)
+    sums[4] = 0.0
+    sums[9, 0] = np.nan
+    data = wire.encode(sums, name)
+    counts = rng.integers(0, 5, n).astype(np.uint8)
+    counts[4] = counts[9] = 3
+    divisors = row_divisors(counts, 2, 4, "auto")
+    base = rng.standard_normal((n, d)).astype(np.float32)
+    param = base + np.float32(0.5)
+    want_base, want_param = base.copy(), param.copy()
+    zeroed = np.zeros((n, d), np.float32)
+    want = _apply_dense(want_base, want_param, wire.decode_add(data, name, zeroed), divisors, counts)
+    got = apply_encoded(data, name, base, param, divisors, counts)
+    assert got == want or (np.isnan(got) and np.isnan(want))
+    assert np.isinf(got)                                     # the NaN row is reported
+    assert base.tobytes() == want_base.tobytes() and param.tobytes() == want_param.tobytes()
+    untouched = counts == 0
+    assert (param[untouched] == base[untouched] + np.float32(0.5)).all()

@@ -202,24 +202,42 @@ class Comm:
     def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None,
                                 out: np.ndarray | None = None, split=None) -> np.ndarray:
         """Sum a float32 [n, d] array over the ranks, in place, its rows travelling encoded
-        (dist/wire.py), each value encoded twice whatever P: every rank sends each segment
-        of its rows, encoded, to the segment's owner (Alltoallv); the owner decodes the P
-        contributions, sums them in rank order in float32 and encodes the sum once; an
-        Allgather hands every rank the owners' bytes, which every rank decodes alike, so the
-        result is bit-identical on every rank. The bytes are a ring all-reduce's,
-        2 (P - 1) / P rows of ``row_bytes``; a ring would re-encode each partial sum at every
-        one of its P - 1 hops, its rounding growing with P. ``minus``: sum ``arr - minus``
-        instead (encoded row by row, never written out); ``out``: where the sum goes
-        (default ``arr``); ``split(n, work)``: runs the encoding and decoding as ``work(a, b)``
-        over row ranges covering [0, n) (the rank's threads; every row is computed alike)."""
-        from .wire import decode_add, encode, row_bytes, whole
+        (:meth:`reduce_rows_encoded`), every rank decoding the same bytes, so the result is
+        bit-identical on every rank. ``minus``: sum ``arr - minus`` instead (encoded row by
+        row, never written out); ``out``: where the sum goes (default ``arr``);
+        ``split(n, work)``: runs the encoding and decoding as ``work(a, b)`` over row ranges
+        covering [0, n) (the rank's threads; every row is computed alike)."""
+        from .wire import decode_add, segments, whole
 
         out = arr if out is None else out
-        split = whole if split is None else split
         if self._comm is None or self.size == 1:
             if out is not arr or minus is not None:
                 np.subtract(arr, 0 if minus is None else minus, out=out)
             return out
+        every, bounds = self.reduce_rows_encoded(arr, wire, minus, split)
+
+        def unpack(a: int, b: int) -> None:          # rows [a, b) of out, from the segments they fall in
+            for s, lo, hi in segments(bounds, a, b):
+                out[lo:hi] = 0.0
+                decode_add(every[s, lo - bounds[s]:hi - bounds[s]], wire, out[lo:hi])
+
+        (whole if split is None else split)(len(arr), unpack)
+        return out
+
+    def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None
+                            ) -> tuple[np.ndarray, np.ndarray]:
+        """The sum over the ranks of a float32 [n, d] array (of ``arr - minus``), encoded
+        (dist/wire.py): (every, bounds), rank s's rows [bounds[s], bounds[s + 1]) of the sum
+        in every[s, :bounds[s + 1] - bounds[s]], the same bytes on every rank. Each value is
+        encoded twice whatever P: every rank sends each segment of its rows, encoded, to the
+        segment's owner (Alltoallv); the owner decodes the P contributions, sums them in rank
+        order in float32 and encodes the sum once; an Allgather hands every rank the owners'
+        bytes. The bytes are a ring all-reduce's, 2 (P - 1) / P rows of ``row_bytes``; a ring
+        would re-encode each partial sum at every one of its P - 1 hops, its rounding growing
+        with P. ``split``: as :meth:`allreduce_rows_encoded_`. A collective."""
+        from .wire import decode_add, encode, row_bytes, whole
+
+        split = whole if split is None else split
         p, r = self.size, self.rank
         n, d = arr.shape
         bounds = np.linspace(0, n, p + 1).astype(np.int64)
@@ -231,17 +249,7 @@ class Comm:
         split(own, lambda a, b: [decode_add(got[s * own + a:s * own + b], wire, mine[a:b]) for s in range(p)])
         block = np.zeros((int(lens.max()), row_bytes(wire, d)), dtype=np.uint8)
         block[:own] = encode(mine, wire, split=split)
-        every = self.allgather_array(block)
-
-        def unpack(a: int, b: int) -> None:          # rows [a, b) of out, from the segments they fall in
-            for s in range(p):
-                lo, hi = max(a, int(bounds[s])), min(b, int(bounds[s + 1]))
-                if lo < hi:
-                    out[lo:hi] = 0.0
-                    decode_add(every[s, lo - bounds[s]:hi - bounds[s]], wire, out[lo:hi])
-
-        split(n, unpack)
-        return out
+        return self.allgather_array(block), bounds
 
     def allgather_array(self, arr: np.ndarray) -> np.ndarray:
         """Every rank's equally shaped ``arr``, stacked in rank order: [P, *arr.shape]. With

@@ -24,8 +24,10 @@ from ..io.fsutil import reason
 from ..io.vectors import write_word2vec
 from ..kernels.args import KernelArgs
 from .comm import Comm
-from .rule import MODES, _apply_dense, _apply_rows, _gather_delta, _max_abs_rows, dense_pays, row_divisors
+from .rule import (MODES, _apply_dense, _apply_rows, _gather_delta, _max_abs_rows, apply_encoded, dense_pays,
+                   row_divisors)
 from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
+from .wire import segments
 
 
 # ------------------------------------------------------------------ the parameters a run starts from
@@ -149,20 +151,34 @@ class Synchronizer:
 
     def _dense(self, param, base, mask, lo: int, hi: int) -> float:
         param, base = param[lo:hi], base[lo:hi]
+        if self.wire != "fp32":
+            return self._dense_encoded(param, base, mask[lo:hi], lo)
         delta = np.empty_like(param)
-        if self.wire == "fp32":
-            self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
-            self.comm.allreduce_(delta, self.allreduce)
-            counts = mask[lo:hi].astype(np.int32)
-        else:                  # encoded rows (the changes encoded as they are computed: no pass
-            # that writes them); the touch counts in a byte each while P < 256
-            self.comm.allreduce_rows_encoded_(param, self.wire, minus=base, out=delta, split=self._by_rows)
-            counts = mask[lo:hi].astype(np.uint8 if self.comm.size < 256 else np.int32)
+        self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
+        self.comm.allreduce_(delta, self.allreduce)
+        counts = mask[lo:hi].astype(np.int32)
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
         self.changed_rows.append(np.flatnonzero(counts) + lo)
         return max(self._by_rows(len(param), lambda a, b: _apply_dense(
             base[a:b], param[a:b], delta[a:b], divisors[a:b], counts[a:b])))
+
+    def _dense_encoded(self, param, base, mask, lo: int) -> float:
+        """The rows as encoded changes: the touch counts first (a byte each while P < 256),
+        then the changes, encoded as they are computed (param - base) and applied as they
+        are decoded (rule.apply_encoded), by row ranges on the rank's threads: no array of
+        changes is written on either side."""
+        counts = mask.astype(np.uint8 if self.comm.size < 256 else np.int32)
+        self.comm.allreduce_(counts, self.allreduce)
+        divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
+        self.changed_rows.append(np.flatnonzero(counts) + lo)
+        every, bounds = self.comm.reduce_rows_encoded(param, self.wire, minus=base, split=self._by_rows)
+
+        def land(a: int, b: int) -> float:
+            return max([apply_encoded(every[s, x - bounds[s]:y - bounds[s]], self.wire, base[x:y], param[x:y],
+                                      divisors[x:y], counts[x:y]) for s, x, y in segments(bounds, a, b)],
+                       default=0.0)
+        return max(self._by_rows(len(param), land))
 
     def _by_rows(self, n: int, work) -> list:
         """``work(a, b)`` over [0, n), in one piece or one row range per thread; the results

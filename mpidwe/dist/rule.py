@@ -40,7 +40,7 @@ import numpy as np
 from numba import njit
 
 from ..core.errors import ConfigError
-from .wire import NOT_FINITE_BITS, bits_value, largest_bits
+from .wire import NOT_FINITE_BITS, bits_value, decode, largest_bits, row_levels_int4
 
 MODES = ("auto", "dense", "sparse", "average")
 
@@ -179,9 +179,54 @@ def _apply_dense(base, param, delta, divisors, counts):
             b[k] = v
             p[k] = v
         top = largest_bits(p.view(np.uint32), top)
+    return _top_value(top)
+
+
+@njit(cache=True, nogil=True)
+def _top_value(top):
+    """The float a largest_bits maximum stands for: inf for a NaN or an infinity."""
     if top >= NOT_FINITE_BITS:
         return np.inf
     return float(bits_value(top, np.empty(1, np.uint32)))
+
+
+@njit(cache=True, nogil=True)
+def _apply_coded(q, scales, packed, base, param, divisors, counts):
+    """_apply_dense with the summed changes still encoded (int8, or int4 when ``packed``):
+    each row's values are decoded and applied in one pass, the same float32 operations as
+    decoding into a zeroed array first (a decoded value is never -0.0: a zero scale has
+    only zero levels), without the array."""
+    n, d = base.shape
+    levels = np.empty(d, np.float32)
+    top = np.uint32(0)
+    for row in range(n):
+        if counts[row] == 0:
+            continue
+        if packed:
+            row_levels_int4(q[row], levels)
+        else:
+            for k in range(d):
+                levels[k] = np.float32(q[row, k])
+        s, div = scales[row], divisors[row]
+        b, p = base[row], param[row]
+        for k in range(d):
+            v = b[k] + levels[k] * s / div
+            b[k] = v
+            p[k] = v
+        top = largest_bits(p.view(np.uint32), top)
+    return _top_value(top)
+
+
+def apply_encoded(data: np.ndarray, wire: str, base, param, divisors, counts) -> float:
+    """:func:`_apply_dense` of the summed changes as an encoded all-reduce hands them over
+    (``data``: uint8 rows, dist/wire.py): int8 and int4 decoded row by row as applied, other
+    wires decoded first."""
+    if wire not in ("int8", "int4"):
+        return _apply_dense(base, param, decode(data, wire, base.shape[1]), divisors, counts)
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(len(data))
+    q = data[:, 4:] if wire == "int4" else data[:, 4:].view(np.int8)
+    return _apply_coded(q, scales, wire == "int4", base, param, divisors, counts)
 
 
 @njit(cache=True, nogil=True)

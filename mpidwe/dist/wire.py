@@ -183,18 +183,33 @@ def _encode_int4(rows, minus, scales, q):
 
 
 @njit(cache=True, nogil=True)
+def row_levels_int4(qi, levels):
+    """An int4 row's values -7..7, unpacked into ``levels`` (float32, d of them)."""
+    d = levels.shape[0]
+    half = d // 2
+    for k in range(half):
+        b = np.int32(qi[k])
+        levels[2 * k] = np.float32((b & 15) - 8)
+        levels[2 * k + 1] = np.float32((b >> 4) - 8)
+    if d & 1:
+        levels[d - 1] = np.float32(np.int32(qi[half]) - 8)
+
+
+@njit(cache=True, nogil=True)
 def _decode_add_int4(q, scales, out):
     n, d = out.shape
-    half = d // 2
     levels = np.empty(d, np.float32)
     for i in range(n):              # the levels of a row first, then one contiguous multiply-add
-        qi, s = q[i], scales[i]
-        for k in range(half):
-            b = np.int32(qi[k])
-            levels[2 * k] = np.float32((b & 15) - 8)
-            levels[2 * k + 1] = np.float32((b >> 4) - 8)
-        if d & 1:
-            levels[d - 1] = np.float32(np.int32(qi[half]) - 8)
-        row = out[i]
+        row_levels_int4(q[i], levels)
+        row, s = out[i], scales[i]
         for j in range(d):
             row[j] += levels[j] * s
+
+
+def segments(bounds: np.ndarray, a: int, b: int):
+    """(s, lo, hi) for each segment s of ``bounds`` ([bounds[s], bounds[s + 1]): rank s's
+    rows in an encoded all-reduce) that rows [a, b) overlap, as [lo, hi)."""
+    for s in range(len(bounds) - 1):
+        lo, hi = max(a, int(bounds[s])), min(b, int(bounds[s + 1]))
+        if lo < hi:
+            yield s, lo, hi
