@@ -199,30 +199,26 @@ class Comm:
         self.stats.add(sent, time.perf_counter() - t)
         return arr
 
-    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None,
-                                out: np.ndarray | None = None, split=None) -> np.ndarray:
+    def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str, split=None) -> np.ndarray:
         """Sum a float32 [n, d] array over the ranks, in place, its rows travelling encoded
         (:meth:`reduce_rows_encoded`), every rank decoding the same bytes, so the result is
-        bit-identical on every rank. ``minus``: sum ``arr - minus`` instead (encoded row by
-        row, never written out); ``out``: where the sum goes (default ``arr``);
-        ``split(n, work)``: runs the encoding and decoding as ``work(a, b)`` over row ranges
-        covering [0, n) (the rank's threads; every row is computed alike)."""
+        bit-identical on every rank. ``split(n, work)``: runs the encoding and decoding as
+        ``work(a, b)`` over row ranges covering [0, n) (every row is computed alike). The
+        replicated store's sync applies the encoded sum as it decodes it instead
+        (rule.apply_encoded)."""
         from .wire import decode_add, segments, whole
 
-        out = arr if out is None else out
         if self._comm is None or self.size == 1:
-            if out is not arr or minus is not None:
-                np.subtract(arr, 0 if minus is None else minus, out=out)
-            return out
-        every, bounds = self.reduce_rows_encoded(arr, wire, minus, split)
+            return arr
+        every, bounds = self.reduce_rows_encoded(arr, wire, split=split)
 
-        def unpack(a: int, b: int) -> None:          # rows [a, b) of out, from the segments they fall in
+        def unpack(a: int, b: int) -> None:          # rows [a, b), from the segments they fall in
             for s, lo, hi in segments(bounds, a, b):
-                out[lo:hi] = 0.0
-                decode_add(every[s, lo - bounds[s]:hi - bounds[s]], wire, out[lo:hi])
+                arr[lo:hi] = 0.0
+                decode_add(every[s, lo - bounds[s]:hi - bounds[s]], wire, arr[lo:hi])
 
         (whole if split is None else split)(len(arr), unpack)
-        return out
+        return arr
 
     def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None
                             ) -> tuple[np.ndarray, np.ndarray]:
@@ -234,7 +230,9 @@ class Comm:
         order in float32 and encodes the sum once; an Allgather hands every rank the owners'
         bytes. The bytes are a ring all-reduce's, 2 (P - 1) / P rows of ``row_bytes``; a ring
         would re-encode each partial sum at every one of its P - 1 hops, its rounding growing
-        with P. ``split``: as :meth:`allreduce_rows_encoded_`. A collective."""
+        with P. ``split(n, work)``: runs the encodings and decodings as ``work(a, b)`` over
+        row ranges covering [0, n) (the rank's threads; every row is computed alike). A
+        collective."""
         from .wire import decode_add, encode, row_bytes, whole
 
         split = whole if split is None else split

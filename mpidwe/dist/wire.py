@@ -13,7 +13,7 @@ out, and back; no Comm (dist/comm.py moves the bytes).
   largest value off, rounded to nearest.
 
 Every rank decodes the same bytes into the same floats, so a sum reduced by one rank and
-sent encoded to the others is bit-identical on every rank (Comm.allreduce_rows_encoded_).
+sent encoded to the others is bit-identical on every rank (Comm.reduce_rows_encoded).
 The int8 and int4 loops are compiled (numba): one pass over the rows each way, and ``decode_add``
 adds a decoded block into a sum without a temporary.
 """

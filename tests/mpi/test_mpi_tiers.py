@@ -81,13 +81,17 @@ def test_an_encoded_all_reduce_is_bit_identical_on_every_rank_and_close_to_the_s
     got = mine.copy()
     before = comm.stats.bytes_sent
     comm.allreduce_rows_encoded_(got, name)
+    sent = comm.stats.bytes_sent - before
     assert len(set(comm.allgather(got.tobytes()))) == 1
+    in_pieces = mine.copy()             # row ranges (the threads' split) give the same bits
+    comm.allreduce_rows_encoded_(in_pieces, name, split=lambda m, work: [
+        work(int(a), int(b)) for a, b in zip(np.linspace(0, m, 4)[:-1], np.linspace(0, m, 4)[1:])])
+    assert in_pieces.tobytes() == got.tobytes()
     exact = every.sum(axis=0)
     rel = {"bf16": 2 ** -8, "int8": 0.5 / 127, "int4": 0.5 / 7}[name]
     # the senders' rounding (P values, each within rel of its row's peak), then the owner's
     peaks = np.abs(every).max(axis=2).sum(axis=0)[:, None]
     assert (np.abs(got - exact) <= rel * (peaks + np.abs(exact).max(axis=1, keepdims=True) * 1.01) + 1e-6).all()
-    sent = comm.stats.bytes_sent - before
     assert sent == pytest.approx(2 * (comm.size - 1) / comm.size * n * wire.row_bytes(name, D), rel=0.01)
 
 
