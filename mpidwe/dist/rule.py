@@ -40,7 +40,7 @@ import numpy as np
 from numba import njit
 
 from ..core.errors import ConfigError
-from .wire import NOT_FINITE_BITS, bits_value, decode, largest_bits, row_levels_int4
+from .wire import NOT_FINITE_BITS, bits_value, decode, largest_bits, row_levels_int4, scaled_rows
 
 MODES = ("auto", "dense", "sparse", "average")
 
@@ -170,16 +170,20 @@ def _apply_dense(base, param, delta, divisors, counts):
     row's float32 bits after the row (wire.largest_bits; the row loops then vectorise)."""
     top = np.uint32(0)
     for row in range(base.shape[0]):
-        if counts[row] == 0:
-            continue
-        div = divisors[row]
-        b, p, d = base[row], param[row], delta[row]
-        for k in range(b.shape[0]):
-            v = b[k] + d[k] / div
-            b[k] = v
-            p[k] = v
-        top = largest_bits(p.view(np.uint32), top)
+        if counts[row] != 0:
+            top = _apply_row(base[row], param[row], delta[row], np.float32(1.0), divisors[row], top)
     return _top_value(top)
+
+
+@njit(cache=True, nogil=True)
+def _apply_row(b, p, values, scale, div, top):
+    """One row: b += values x scale / div, p = b (values x 1.0 is values, bit for bit);
+    returns max(top, the row's largest |value| as float32 bits)."""
+    for k in range(b.shape[0]):
+        v = b[k] + values[k] * scale / div
+        b[k] = v
+        p[k] = v
+    return largest_bits(p.view(np.uint32), top)
 
 
 @njit(cache=True, nogil=True)
@@ -207,13 +211,7 @@ def _apply_coded(q, scales, packed, base, param, divisors, counts):
         else:
             for k in range(d):
                 levels[k] = np.float32(q[row, k])
-        s, div = scales[row], divisors[row]
-        b, p = base[row], param[row]
-        for k in range(d):
-            v = b[k] + levels[k] * s / div
-            b[k] = v
-            p[k] = v
-        top = largest_bits(p.view(np.uint32), top)
+        top = _apply_row(base[row], param[row], levels, scales[row], divisors[row], top)
     return _top_value(top)
 
 
@@ -223,9 +221,7 @@ def apply_encoded(data: np.ndarray, wire: str, base, param, divisors, counts) ->
     wires decoded first."""
     if wire not in ("int8", "int4"):
         return _apply_dense(base, param, decode(data, wire, base.shape[1]), divisors, counts)
-    data = np.ascontiguousarray(data, dtype=np.uint8)
-    scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(len(data))
-    q = data[:, 4:] if wire == "int4" else data[:, 4:].view(np.int8)
+    q, scales = scaled_rows(np.ascontiguousarray(data, dtype=np.uint8), wire)
     return _apply_coded(q, scales, wire == "int4", base, param, divisors, counts)
 
 

@@ -78,12 +78,16 @@ def decode_add(data: np.ndarray, wire: str, out: np.ndarray) -> np.ndarray:
     elif wire == "bf16":
         out += (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(n, dim)
     else:
-        scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(n)
-        if wire == "int4":
-            _decode_add_int4(data[:, 4:], scales, out)
-        else:
-            _decode_add_int8(data[:, 4:].view(np.int8), scales, out)
+        values, scales = scaled_rows(data, wire)
+        (_decode_add_int4 if wire == "int4" else _decode_add_int8)(values, scales, out)
     return out
+
+
+def scaled_rows(data: np.ndarray, wire: str) -> tuple[np.ndarray, np.ndarray]:
+    """int8 or int4 rows (uint8 [n, row_bytes], C-contiguous) as (values, scales): the
+    int8 values or the packed int4 bytes, and each row's float32 scale."""
+    scales = np.ascontiguousarray(data[:, :4]).view(np.float32).reshape(len(data))
+    return (data[:, 4:] if wire == "int4" else data[:, 4:].view(np.int8)), scales
 
 
 ABS_BITS = np.uint32(0x7FFFFFFF)          # a float32's bits without its sign
