@@ -71,18 +71,26 @@ FLAGS = ["--dim", "16", "--threads", "1", "--no-progress", "--sync-every", "2000
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_hs_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks):
+@pytest.mark.parametrize("ranks,tiers", [(2, False), (4, False), (4, True)], ids=["2", "4", "4-tiers"])
+def test_hs_resume_from_a_middle_checkpoint_is_exact(demo, tmp_path, ranks, tiers):
+    """tiers: the defaults' interval, in tiers from 4 ranks (config.tiers_of, plan.hs_tiers)."""
     corpus = str(demo / "corpus.h5")
     full, part = tmp_path / "full", tmp_path / "part"
-    run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(full), *FLAGS], timeout=300)
+    flags = [f for f in FLAGS if f not in ("--sync-every", "20000")] if tiers else FLAGS
+    run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(full), *flags], timeout=300)
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(full / "checkpoints"))[-1], params=False)
+    assert (ck.config["sync_tiers"] is not None) == tiers, ck.config["sync_tiers"]
+    if tiers:
+        assert ck.config["sync_tiers"]["hot"] == 64 and ck.config["sync_every"] == 1_000
     shutil.copytree(full, part)
     for p in checkpoint.list_checkpoints(str(part / "checkpoints"))[2:]:
         os.unlink(p)
-    proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(part), *FLAGS, "--resume", "auto"],
+    proc = run_mpi(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(part), *flags, "--resume", "auto"],
                    timeout=300)
     assert "resuming from" in proc.stdout
     assert digest(part) == digest(full)
+    if tiers:
+        return
     # a checkpoint of an HS run does not continue as negative sampling when that is asked for
     # (left out, --loss is taken from the checkpoint, as every model setting is)
     ck = checkpoint.list_checkpoints(str(full / "checkpoints"))[0]
@@ -179,3 +187,32 @@ def test_hs_refuses_a_one_word_vocabulary(tmp_path):
     with pytest.raises(InputError, match="at least 2 words"):
         train(TrainConfig(corpus=str(tmp_path / "one.h5"), out=str(tmp_path / "r"), loss="hs", threads=1,
                           progress=False), Comm.serial(), log=None)
+
+
+def test_a_checkpoint_combined_otherwise_is_refused_when_the_defaults_changed(demo, tmp_path):
+    """--loss hs combines in tiers by default from 4 ranks: a checkpoint whose run combined
+    every row, resumed with the same options on its ranks and length, must not continue in
+    tiers; the line names the flags that keep its schedule. Options the user changed, another
+    plan, and a checkpoint written before tiers are taken as they are."""
+    from mpidwe.core.errors import InputError
+    from mpidwe.io.corpus import Corpus
+    from mpidwe.train.resume import _check_resume
+
+    out = tmp_path / "run"
+    train(small(demo, out, epochs=1, eval_sim=(), eval_analogy=()), Comm.serial(), log=None)
+    ck = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert ck.config["sync_tiers"] is None
+    now = dict(full=8, hot=64, wire="int4")
+    with Corpus(str(demo / "corpus.h5")) as c:
+        _check_resume(dict(ck.config), ck, c, 1)
+        with pytest.raises(InputError, match=r"its 1 ranks combined every row at every sync, and this mpidwe would "
+                                             r"combine in tiers \(64 hot rows, all every 8 syncs\) .*give "
+                                             r"--sync-full 1 to continue it as it was$"):
+            _check_resume(dict(ck.config, sync_tiers=now), ck, c, 1)
+        _check_resume(dict(ck.config, sync_tiers=now, sync_full=8), ck, c, 1)       # the user asked for tiers
+        _check_resume(dict(ck.config, sync_tiers=now), ck, c, 2)                     # re-planned on 2 ranks
+        ck.config["sync_tiers"] = now
+        with pytest.raises(InputError, match=r"give --sync-full 8 --sync-hot 64 --wire int4 to continue"):
+            _check_resume(dict(ck.config, sync_tiers=None), ck, c, 1)
+        del ck.config["sync_tiers"]
+        _check_resume(dict(ck.config, sync_tiers=now), ck, c, 1)                     # written before tiers

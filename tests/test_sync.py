@@ -114,9 +114,35 @@ def test_tiers_are_automatic_from_8_ranks_where_they_apply_with_64_hot_rows_a_ra
     assert tiers_of(cfg(), 8) == (TIERS_AUTO_FULL, 512) and tiers_of(cfg(), 16) == (TIERS_AUTO_FULL, 1024)
     assert tiers_of(cfg(sync_hot=1024), 16) == (TIERS_AUTO_FULL, 1024)
     assert tiers_of(cfg(sync_full=1), 16)[0] == 1 and tiers_of(cfg(sync_full=8), 2) == (8, 128)   # as given
-    for off in (dict(store="sharded"), dict(sync="average", max_local_lr=0.4), dict(kernel="torch"), dict(loss="hs")):
+    for off in (dict(store="sharded"), dict(sync="average", max_local_lr=0.4), dict(kernel="torch")):
         assert tiers_of(cfg(**off), 16)[0] == 1, off                  # where tiers do not apply: every row
+        if "store" not in off:                                           # (sharded: negative sampling only)
+            assert tiers_of(cfg(loss="hs", **off), 16, full_hs=64)[0] == 1, off
     assert tiers_of(cfg(), 16, kernel="torch")[0] == 1                 # --kernel auto chose torch
+
+
+def test_hs_combines_in_tiers_from_4_ranks_at_its_own_interval():
+    """--loss hs: the 64 hottest rows (the tree's top) every 20,000 / P words per rank, every row
+    about as often as the rule's interval; a given --sync-every sets the hot interval, and
+    one over 1 / sqrt(2) of the rule's combines every row at every sync, as before."""
+    from mpidwe.core.config import TIERS_AUTO_HOT_HS, TrainConfig, tiers_of, wire_of
+    from mpidwe.train.plan import HS_TIERS_SHARE, auto_sync_every, hs_tiers
+
+    hs = TrainConfig(corpus="c.h5", out="o", loss="hs")
+    assert TIERS_AUTO_HOT_HS == 64 and HS_TIERS_SHARE == 100
+    # enwiki (W = 2M): the hot rows every 20,000 / P words per rank; the rule: 250k, 62.5k, 15.6k, 5k
+    assert [hs_tiers(69_103, p) for p in (4, 8, 16, 32)] == [(5_000, 64), (2_500, 32), (1_250, 16), (1_000, 4)]
+    for p in (2, 4, 8, 16, 32, 64):
+        every, full = hs_tiers(69_103, p)
+        assert 0.7 < auto_sync_every(69_103, p) / (every * full) < 1.42  # every row about as often as the rule's
+    assert hs_tiers(69_103, 8, 20_000) == (20_000, 4) and hs_tiers(69_103, 8, 50_000) == (50_000, 1)
+    assert hs_tiers(69_103, 8, 1_000) == (1_000, 64)
+    assert hs_tiers(2_724, 4) == (1_000, 32) and hs_tiers(2_724, 16) == (1_000, 4)    # small W: at least 1,000
+    assert tiers_of(hs, 3, full_hs=128)[0] == 1 and tiers_of(hs, 4, full_hs=128) == (128, TIERS_AUTO_HOT_HS)
+    assert tiers_of(hs, 16, full_hs=8) == (8, 64) and tiers_of(hs, 16, full_hs=1)[0] == 1
+    assert tiers_of(TrainConfig(corpus="c.h5", out="o", loss="hs", sync_hot=256), 8, full_hs=32) == (32, 256)
+    # the wire follows the tiers as the plan resolved them
+    assert wire_of(hs, 8, True) == "int4" and wire_of(hs, 8, False) == "int8" and wire_of(hs, 2, True) == "fp32"
 
 
 def test_the_first_log_line_says_when_a_run_combines_in_tiers():

@@ -387,27 +387,41 @@ TIERS_AUTO_MIN_RANKS = 8
 TIERS_AUTO_FULL = 256
 TIERS_AUTO_HOT_PER_RANK = 64
 
+# --loss hs combines in tiers from this many ranks on, its TIERS_AUTO_HOT_HS most frequent
+# rows of each matrix (the tree's top nodes, on almost every path, and the most frequent
+# words) at every sync of a short interval (train/plan.py, hs_tiers), every row about as
+# often as the rule's interval: HS then keeps one rank's analogy score within a point at 4
+# to 16 ranks, where every row at the rule's interval lost 2.3-6 points (docs/sync-modes.md,
+# "Hierarchical softmax in tiers")
+TIERS_AUTO_MIN_RANKS_HS = 4
+TIERS_AUTO_HOT_HS = 64
 
-def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba") -> tuple[int, int]:
+
+def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba", full_hs: int = TIERS_AUTO_FULL
+             ) -> tuple[int, int]:
     """(every how many syncs all rows are combined, hot rows per matrix) on ``world_size``
-    ranks: --sync-full and --sync-hot, or for 0 (auto) tiers of TIERS_AUTO_FULL from
-    TIERS_AUTO_MIN_RANKS ranks on where they apply (the replicated store's numba kernel, not
-    --sync average, not --loss hs) and every row at every sync (1) elsewhere; hot 0: 64 x ranks."""
-    hot = cfg.sync_hot or TIERS_AUTO_HOT_PER_RANK * max(world_size, 1)
+    ranks: --sync-full and --sync-hot, or for 0 (auto) tiers where they apply (the replicated
+    store's numba kernel, not --sync average) and every row at every sync (1) elsewhere:
+    negative sampling from TIERS_AUTO_MIN_RANKS ranks, every TIERS_AUTO_FULL syncs, hot 0
+    meaning 64 x ranks; --loss hs from TIERS_AUTO_MIN_RANKS_HS ranks, every ``full_hs``
+    syncs (the plan's: the rule's interval over HS's), hot 0 meaning TIERS_AUTO_HOT_HS."""
+    hs = cfg.loss == "hs"
+    hot = cfg.sync_hot or (TIERS_AUTO_HOT_HS if hs else TIERS_AUTO_HOT_PER_RANK * max(world_size, 1))
     if cfg.sync_full:
         return cfg.sync_full, hot
-    applies = (world_size >= TIERS_AUTO_MIN_RANKS and kernel == "numba" and cfg.tiers_can_apply()
-               and cfg.loss != "hs")       # HS at 8 ranks: 1.2 analogy points below every row at every sync
-    return (TIERS_AUTO_FULL if applies else 1), hot
+    least = TIERS_AUTO_MIN_RANKS_HS if hs else TIERS_AUTO_MIN_RANKS
+    applies = world_size >= least and kernel == "numba" and cfg.tiers_can_apply()
+    return ((full_hs if hs else TIERS_AUTO_FULL) if applies else 1), hot
 
 
-def wire_of(cfg: TrainConfig, world_size: int) -> str:
+def wire_of(cfg: TrainConfig, world_size: int, tiered: bool | None = None) -> str:
     """The encoding of the replicated store's dense syncs on ``world_size`` ranks: --wire,
     or for auto, where the sync has dense syncs (--sync auto or dense), int4 in tiers
-    (tiers_of) and int8 from 3 ranks on, and fp32 otherwise (sparse rows and average travel
-    as float32)."""
+    (``tiered``, as the plan resolved them; None: whether tiers_of would combine in tiers)
+    and int8 from 3 ranks on, and fp32 otherwise (sparse rows and average travel as float32)."""
     if cfg.wire != "auto":
         return cfg.wire
     if cfg.sync not in ("auto", "dense") or world_size < WIRE_AUTO_MIN_RANKS:
         return "fp32"
-    return "int4" if tiers_of(cfg, world_size)[0] > 1 else "int8"
+    tiered = tiers_of(cfg, world_size)[0] > 1 if tiered is None else tiered
+    return "int4" if tiered else "int8"

@@ -304,7 +304,7 @@ class ReplicatedStore(Store):
         self.exchange = Exchange(comm) if cfg.overlap and comm.size > 1 else None
         self.syncer = Synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
                                    mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
-                                   wire=wire_of(cfg, comm.size), threads=setup.threads)
+                                   wire=wire_of(cfg, comm.size, setup.tiers is not None), threads=setup.threads)
         self.stats = self.syncer.stats
         t = setup.tiers           # as the plan resolved them (config.tiers_of), None on one rank
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, t["hot"], t["full"],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.config import TrainConfig, tiers_of, to_dict, wire_of
+from ..core.config import MIN_SYNC_EVERY, TrainConfig, tiers_of, to_dict, wire_of
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
@@ -64,6 +64,28 @@ SYNC_EVERY_MIN = 5_000
 # lose 3 analogy points at their own rule's 62,500 words per rank, none at 15,625; 32 ranks
 # keep quality at 7,812, lose 1.6 points at 15,625; docs/sync-modes.md, "Tiers")
 TIERS_INTERVAL_RANKS = 16
+
+
+# --loss hs in tiers (config.tiers_of, auto): the hot rows, the Huffman tree's top nodes on
+# almost every path and the most frequent words, are combined every 1 / HS_TIERS_SHARE of
+# the rule's global words W, shared among the ranks (20,000 / P words per rank on enwiki),
+# and every row about as often as the rule's interval (auto_sync_every): HS's top nodes take
+# a step from every example, and at the rule's interval P ranks' stale steps on them cost
+# 2.6 analogy points at 4 and 8 ranks and 6 at 16 (docs/sync-modes.md, "Hierarchical softmax
+# in tiers")
+HS_TIERS_SHARE = 100
+
+
+def hs_tiers(vocab_size: int, world_size: int, sync_every: int = 0) -> tuple[int, int]:
+    """--loss hs in tiers: (words per rank between syncs, every how many syncs every row is
+    combined): --sync-every or W / (HS_TIERS_SHARE x P), at least MIN_SYNC_EVERY, and the
+    power of 2 of those nearest the rule's interval (auto_sync_every); 1 (every row at every
+    sync) where the interval is over 1 / sqrt(2) of the rule's."""
+    p = max(world_size, 1)
+    global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
+    every = sync_every or max(MIN_SYNC_EVERY, global_words // (HS_TIERS_SHARE * p))
+    ratio = auto_sync_every(vocab_size, p) / every
+    return every, 1 << max(0, round(math.log2(ratio)))
 
 
 def auto_sync_every(vocab_size: int, world_size: int = 1, tiered: bool = False) -> int:
@@ -276,11 +298,15 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     threads = resolve_threads(cfg, comm)
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
-    full, hot = tiers_of(cfg, comm.size, kernel)
+    every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
+    full, hot = tiers_of(cfg, comm.size, kernel, full_hs)
     # as run: every F-th sync combines every row, the others the H most frequent and more
     # (None: every sync, every row; the replicated store's numba kernel only)
-    tiers = dict(full=full, hot=hot, wire=wire_of(cfg, comm.size)) if full > 1 and comm.size > 1 else None
-    sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size, tiers is not None)
+    tiers = dict(full=full, hot=hot, wire=wire_of(cfg, comm.size, True)) if full > 1 and comm.size > 1 else None
+    if tiers and cfg.loss == "hs" and not cfg.sync_full:      # --loss hs, tiers by default: HS's interval
+        sync_every = every_hs
+    else:
+        sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size, tiers is not None)
     sharded = {}
     if cfg.store == "sharded":
         share = min(comm.allgather(node_memory() // max(comm.node_size, 1)))

@@ -136,6 +136,22 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
                          f"this mpidwe trains this run at {resolved.get('lr_scale')} x (the rule changed, "
                          f"docs/sync-modes.md); resume it with the mpidwe that wrote it, or start a new run "
                          f"from it with --init-from")
+    old_tiers = ck.config.get("sync_tiers")
+    same_options = all(ck.config.get(k) == resolved.get(k) for k in ("sync_full", "sync_hot", "wire", "sync_every"))
+    if same_plan and same_options and "sync_tiers" in ck.config and old_tiers != resolved.get("sync_tiers"):
+        # the same options, ranks and length, other tiers: the defaults changed since (--loss
+        # hs combines in tiers from 4 ranks); another schedule would silently change the run
+        keep = (f"--sync-full {old_tiers['full']} --sync-hot {old_tiers['hot']} --wire {old_tiers['wire']}"
+                if old_tiers else "--sync-full 1")
+        raise InputError(f"cannot resume from {ck.path}: its {world} ranks combined "
+                         f"{_tiers_words(old_tiers)}, and this mpidwe would combine "
+                         f"{_tiers_words(resolved.get('sync_tiers'))} (the defaults changed, "
+                         f"docs/sync-modes.md); give {keep} to continue it as it was")
+
+
+def _tiers_words(tiers: dict | None) -> str:
+    return (f"in tiers ({tiers['hot']:,} hot rows, all every {tiers['full']:,} syncs)" if tiers
+            else "every row at every sync")
 
 
 def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, log,
