@@ -391,8 +391,8 @@ TIERS_AUTO_HOT_PER_RANK = 64
 # rows of each matrix (the tree's top nodes, on almost every path, and the most frequent
 # words) at every sync of a short interval (train/plan.py, hs_tiers), every row about as
 # often as the rule's interval: HS then keeps one rank's analogy score within a point at 4
-# to 16 ranks, where every row at the rule's interval lost 2.3-6 points (docs/sync-modes.md,
-# "Hierarchical softmax in tiers")
+# and 8 ranks and 1.7 at 16, where every row at the rule's interval lost 1.6-6 points
+# (docs/sync-modes.md, "Hierarchical softmax in tiers")
 TIERS_AUTO_MIN_RANKS_HS = 4
 TIERS_AUTO_HOT_HS = 64
 

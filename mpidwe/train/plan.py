@@ -71,8 +71,8 @@ TIERS_INTERVAL_RANKS = 16
 # the rule's global words W, shared among the ranks (20,000 / P words per rank on enwiki),
 # and every row about as often as the rule's interval (auto_sync_every): HS's top nodes take
 # a step from every example, and at the rule's interval P ranks' stale steps on them cost
-# 2.6 analogy points at 4 and 8 ranks and 6 at 16 (docs/sync-modes.md, "Hierarchical softmax
-# in tiers")
+# 1.6-2.6 analogy points at 4 and 8 ranks and 6 at 16 (docs/sync-modes.md, "Hierarchical
+# softmax in tiers")
 HS_TIERS_SHARE = 100
 
 
