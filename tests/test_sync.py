@@ -86,6 +86,12 @@ def test_auto_goes_dense_once_the_padded_blocks_walk_as_many_rows_as_the_matrix(
     assert not dense_pays([10, 20], 41) and dense_pays([10, 20], 40)     # 2 x 20 rows walked by sparse
     assert dense_pays(np.array([0, 0, 0, 25]), 100) and not dense_pays(np.array([24, 24, 24, 24]), 97)
     assert not dense_pays([0, 0], 0) and not dense_pays([0, 0], 10)      # nothing to combine: sparse's no-op
+    # in tiers, by bytes too: int4 rows of d = 100 (54 bytes and a count) against float32 rows and ids
+    assert dense_pays([10, 10, 10, 10], 100, 55, 404) and not dense_pays([10, 10, 10, 10], 100)
+    # 2 x 100 x 55 = 11,000 bytes dense against 4 x longest x 404: 9,696 at 6 rows, 11,312 at 7
+    assert not dense_pays([6, 0, 0, 0], 100, 55, 404) and dense_pays([7, 0, 0, 0], 100, 55, 404)
+    assert not dense_pays([0, 0, 0, 0], 100, 55, 404) and not dense_pays([5, 5], 0, 55, 404)
+    assert dense_pays([30, 0], 100, 404, 404) == dense_pays([30, 0], 100)     # float32 both ways: rows decide
 
 
 def test_the_wire_of_auto_is_int8_where_syncs_go_dense_from_3_ranks_int4_in_tiers_and_fp32_elsewhere():

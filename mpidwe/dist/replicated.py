@@ -27,7 +27,7 @@ from .comm import Comm
 from .rule import (MODES, _apply_dense, _apply_rows, _gather_delta, _max_abs_rows, apply_encoded, dense_pays,
                    row_divisors)
 from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
-from .wire import segments
+from .wire import row_bytes, segments
 
 
 # ------------------------------------------------------------------ the parameters a run starts from
@@ -82,10 +82,12 @@ class Synchronizer:
     """Keeps ``base`` copies of the parameters and combines ranks at every ``sync``."""
 
     def __init__(self, comm: Comm, params: list[np.ndarray], *, mode: str = "sparse", scale: int = 1,
-                 allreduce: str = "mpi", wire: str = "fp32", threads: int = 1):
+                 allreduce: str = "mpi", wire: str = "fp32", threads: int = 1, by_bytes: bool = False):
         if mode not in MODES:
             raise ValueError(f"unknown sync mode {mode!r}")
         self.comm, self.mode, self.scale, self.allreduce, self.wire = comm, mode, int(scale), allreduce, wire
+        # ``auto`` in tiers: dense also where it sends fewer bytes (rule.dense_pays)
+        self.by_bytes = by_bytes
         # the array work by row ranges on the rank's threads (the compiled loops release
         # the GIL); every row is computed as on one thread, so the result is the same
         self.threads = int(threads)
@@ -129,10 +131,19 @@ class Synchronizer:
             return self._dense(param, base, mask, lo, hi)
         rows = (np.flatnonzero(mask[lo:hi]) + lo).astype(np.int32)
         counts = self.comm.allgather_array(np.array([len(rows)], dtype=np.int64))[:, 0].copy()
-        if self.mode == "auto" and dense_pays(counts, hi - lo):
+        if self.mode == "auto" and dense_pays(counts, hi - lo, *self._row_bytes(param.shape[1])):
             self.stats.dense_syncs += 1
             return self._dense(param, base, mask, lo, hi)
         return self._sparse(param, base, rows, counts)
+
+    def _row_bytes(self, d: int) -> tuple[int, int]:
+        """(bytes per row of a dense sync, of a sparse one) where ``auto`` weighs bytes (in
+        tiers; (0, 0) elsewhere): an encoded or float32 row and its touch count, against a
+        float32 row and its id."""
+        if not self.by_bytes:
+            return 0, 0
+        count = 1 if self.wire != "fp32" and self.comm.size < 256 else 4
+        return (4 * d if self.wire == "fp32" else row_bytes(self.wire, d)) + count, 4 * d + 4
 
     def _sparse(self, param, base, rows, counts) -> float:
         """The allgather of the touched ``rows`` (this rank's) and their changes; ``counts``:
@@ -304,7 +315,8 @@ class ReplicatedStore(Store):
         self.exchange = Exchange(comm) if cfg.overlap and comm.size > 1 else None
         self.syncer = Synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
                                    mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
-                                   wire=wire_of(cfg, comm.size, setup.tiers is not None), threads=setup.threads)
+                                   wire=wire_of(cfg, comm.size, setup.tiers is not None), threads=setup.threads,
+                                   by_bytes=setup.tiers is not None)
         self.stats = self.syncer.stats
         t = setup.tiers           # as the plan resolved them (config.tiers_of), None on one rank
         self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, t["hot"], t["full"],

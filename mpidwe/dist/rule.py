@@ -91,7 +91,7 @@ def row_divisors(counts: np.ndarray, scale: int, world_size: int, mode: str) -> 
     return np.maximum(counts / OVERSHOOT, scale).astype(np.float32)
 
 
-def dense_pays(counts, rows: int) -> bool:
+def dense_pays(counts, rows: int, dense_row_bytes: int = 0, sparse_row_bytes: int = 0) -> bool:
     """``auto``: whether a sync of ``rows`` rows, of which rank r touched ``counts[r]``,
     travels dense. The sparse allgather pads every rank's block to the longest, so every
     rank receives, and its gather and apply walk (in scattered order), P x longest rows; the
@@ -100,9 +100,17 @@ def dense_pays(counts, rows: int) -> bool:
     at most twice the bytes (docs/sync-modes.md has the measurements behind the threshold:
     enwiki at 2 to 16 ranks, where the ranks touch 1.5 to 2.7 x V rows per sync and dense
     is faster everywhere; a 1.5M-word synthetic vocabulary at 4 ranks, where the input
-    matrix stays sparse and the output matrix goes dense)."""
+    matrix stays sparse and the output matrix goes dense).
+
+    By bytes too (the bytes per row each way given, in tiers: there the network bounds the
+    run): dense also where it sends no more, 2 (P - 1) / P x ``rows`` x ``dense_row_bytes``
+    against (P - 1) x longest x ``sparse_row_bytes``; an encoded row (int4: d / 2 + 4 bytes)
+    is far smaller than a sparse one (4 d + 4), so dense wins from a few touched rows on."""
     counts = np.asarray(counts)
-    return len(counts) * int(counts.max(initial=0)) >= rows > 0
+    p, longest = len(counts), int(counts.max(initial=0))
+    if rows <= 0:
+        return False
+    return p * longest >= rows or 0 < 2 * rows * dense_row_bytes <= p * longest * sparse_row_bytes
 
 
 # ---------------------------------------------------------------- array work (numba)
