@@ -142,8 +142,13 @@ class Synchronizer:
         float32 row and its id."""
         if not self.by_bytes:
             return 0, 0
-        count = 1 if self.wire != "fp32" and self.comm.size < 256 else 4
+        count = np.dtype(self._counts_type()).itemsize
         return (4 * d if self.wire == "fp32" else row_bytes(self.wire, d)) + count, 4 * d + 4
+
+    def _counts_type(self):
+        """The touch counts' type in a dense sync: a byte each with an encoded wire while
+        P < 256, int32 otherwise."""
+        return np.uint8 if self.wire != "fp32" and self.comm.size < 256 else np.int32
 
     def _sparse(self, param, base, rows, counts) -> float:
         """The allgather of the touched ``rows`` (this rank's) and their changes; ``counts``:
@@ -167,7 +172,7 @@ class Synchronizer:
         delta = np.empty_like(param)
         self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
         self.comm.allreduce_(delta, self.allreduce)
-        counts = mask[lo:hi].astype(np.int32)
+        counts = mask[lo:hi].astype(self._counts_type())
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
         self.changed_rows.append(np.flatnonzero(counts) + lo)
@@ -179,7 +184,7 @@ class Synchronizer:
         then the changes, encoded as they are computed (param - base) and applied as they
         are decoded (rule.apply_encoded), by row ranges on the rank's threads: no array of
         changes is written on either side."""
-        counts = mask.astype(np.uint8 if self.comm.size < 256 else np.int32)
+        counts = mask.astype(self._counts_type())
         self.comm.allreduce_(counts, self.allreduce)
         divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
         self.changed_rows.append(np.flatnonzero(counts) + lo)
