@@ -163,7 +163,7 @@ def test_the_checkpoint_history_stays_bounded_and_resume_keeps_the_full_log(demo
     import mpidwe.train.rundir as t
     from mpidwe.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="--sync-every must be 0 \\(automatic\\) or >= 1,000"):
+    with pytest.raises(ConfigError, match="--sync-every must be 0 \\(automatic\\) or >= 500"):
         TrainConfig(out=str(tmp_path / "s"), sync_every=1)
     monkeypatch.setattr(t, "MAX_HISTORY", 8)
     full = tmp_path / "full"

@@ -128,22 +128,24 @@ def test_tiers_are_automatic_from_8_ranks_where_they_apply_with_64_hot_rows_a_ra
 
 
 def test_hs_combines_in_tiers_from_4_ranks_at_its_own_interval():
-    """--loss hs: the 64 hottest rows (the tree's top) every 20,000 / P words per rank, every row
+    """--loss hs: the 64 hottest rows (the tree's top) every 20,000 / P words per rank up to 8
+    ranks and 160,000 / P^2 beyond (at least 500), every row
     about as often as the rule's interval; a given --sync-every sets the hot interval, and
     one over 1 / sqrt(2) of the rule's combines every row at every sync, as before."""
     from mpidwe.core.config import TIERS_AUTO_HOT_HS, TrainConfig, tiers_of, wire_of
-    from mpidwe.train.plan import HS_TIERS_SHARE, auto_sync_every, hs_tiers
+    from mpidwe.train.plan import HS_TIERS_RANKS, HS_TIERS_SHARE, auto_sync_every, hs_tiers
 
     hs = TrainConfig(corpus="c.h5", out="o", loss="hs")
-    assert TIERS_AUTO_HOT_HS == 64 and HS_TIERS_SHARE == 100
-    # enwiki (W = 2M): the hot rows every 20,000 / P words per rank; the rule: 250k, 62.5k, 15.6k, 5k
-    assert [hs_tiers(69_103, p) for p in (4, 8, 16, 32)] == [(5_000, 64), (2_500, 32), (1_250, 16), (1_000, 4)]
+    assert TIERS_AUTO_HOT_HS == 64 and HS_TIERS_SHARE == 100 and HS_TIERS_RANKS == 8
+    # enwiki (W = 2M): the hot rows every 20,000 / P words per rank, 8 / P of that beyond 8
+    # ranks; the rule: 250k, 62.5k, 15.6k, 5k
+    assert [hs_tiers(69_103, p) for p in (4, 8, 16, 32)] == [(5_000, 64), (2_500, 32), (625, 32), (500, 8)]
     for p in (2, 4, 8, 16, 32, 64):
         every, full = hs_tiers(69_103, p)
         assert 0.7 < auto_sync_every(69_103, p) / (every * full) < 1.42  # every row about as often as the rule's
     assert hs_tiers(69_103, 8, 20_000) == (20_000, 4) and hs_tiers(69_103, 8, 50_000) == (50_000, 1)
     assert hs_tiers(69_103, 8, 1_000) == (1_000, 64)
-    assert hs_tiers(2_724, 4) == (1_000, 32) and hs_tiers(2_724, 16) == (1_000, 4)    # small W: at least 1,000
+    assert hs_tiers(2_724, 4) == (544, 64) and hs_tiers(2_724, 16) == (500, 8)    # small W: at least 500
     assert tiers_of(hs, 3, full_hs=128)[0] == 1 and tiers_of(hs, 4, full_hs=128) == (128, TIERS_AUTO_HOT_HS)
     assert tiers_of(hs, 16, full_hs=8) == (8, 64) and tiers_of(hs, 16, full_hs=1)[0] == 1
     assert tiers_of(TrainConfig(corpus="c.h5", out="o", loss="hs", sync_hot=256), 8, full_hs=32) == (32, 256)

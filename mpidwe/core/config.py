@@ -108,7 +108,7 @@ class PreprocessConfig:
 
 
 MAX_NEGATIVE = 1000
-MIN_SYNC_EVERY = 1000
+MIN_SYNC_EVERY = 500
 
 
 # The local-rate cap (``--max-local-lr 0``): negative sampling stays stable to 8 x word2vec's
@@ -390,8 +390,8 @@ TIERS_AUTO_HOT_PER_RANK = 64
 # --loss hs combines in tiers from this many ranks on, its TIERS_AUTO_HOT_HS most frequent
 # rows of each matrix (the tree's top nodes, on almost every path, and the most frequent
 # words) at every sync of a short interval (train/plan.py, hs_tiers), every row about as
-# often as the rule's interval: HS then keeps one rank's analogy score at 4 and 8 ranks and
-# comes within 1.4 points at 16, where every row at the rule's interval lost 1.6-6 points
+# often as the rule's interval: HS then keeps one rank's analogy score (within a point) at 4,
+# 8 and 16 ranks, where every row at the rule's interval lost 1.6-6 points
 # (docs/sync-modes.md, "Hierarchical softmax in tiers")
 TIERS_AUTO_MIN_RANKS_HS = 4
 TIERS_AUTO_HOT_HS = 64

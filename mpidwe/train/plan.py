@@ -68,22 +68,27 @@ TIERS_INTERVAL_RANKS = 16
 
 # --loss hs in tiers (config.tiers_of, auto): the hot rows, the Huffman tree's top nodes on
 # almost every path and the most frequent words, are combined every 1 / HS_TIERS_SHARE of
-# the rule's global words W, shared among the ranks (20,000 / P words per rank on enwiki),
-# and every row about as often as the rule's interval (auto_sync_every): HS's top nodes take
-# a step from every example, and at the rule's interval P ranks' stale steps on them cost
-# 1.6-2.6 analogy points at 4 and 8 ranks and 6 at 16 (docs/sync-modes.md, "Hierarchical
-# softmax in tiers")
+# the rule's global words W, shared among the ranks (20,000 / P words per rank on enwiki), up
+# to HS_TIERS_RANKS ranks and 1 / P^2 beyond, as the rule's own interval shrinks beyond 2
+# ranks (enwiki: 5,000 / 2,500 / 625 words per rank at 4 / 8 / 16 ranks), and every row about
+# as often as the rule's interval (auto_sync_every): HS's top nodes take a step from every
+# example, and at the rule's interval P ranks' stale steps on them cost 1.6-2.6 analogy
+# points at 4 and 8 ranks and 6 at 16; at 16 ranks 1,250 words still cost 1.3-1.4 points,
+# 1,000 0.3-1.3 and 625 0.1-0.9 (docs/sync-modes.md, "Hierarchical softmax in tiers")
 HS_TIERS_SHARE = 100
+HS_TIERS_RANKS = 8
 
 
 def hs_tiers(vocab_size: int, world_size: int, sync_every: int = 0) -> tuple[int, int]:
     """--loss hs in tiers: (words per rank between syncs, every how many syncs every row is
-    combined): --sync-every or W / (HS_TIERS_SHARE x P), at least MIN_SYNC_EVERY, and the
-    power of 2 of those nearest the rule's interval (auto_sync_every); 1 (every row at every
-    sync) where the interval is over 1 / sqrt(2) of the rule's."""
+    combined): --sync-every or W / (HS_TIERS_SHARE x P), times HS_TIERS_RANKS / P beyond
+    HS_TIERS_RANKS ranks, at least MIN_SYNC_EVERY, and the power of 2 of those nearest the
+    rule's interval (auto_sync_every); 1 (every row at every sync) where the interval is over
+    1 / sqrt(2) of the rule's."""
     p = max(world_size, 1)
     global_words = min(SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE * vocab_size)
-    every = sync_every or max(MIN_SYNC_EVERY, global_words // (HS_TIERS_SHARE * p))
+    share = HS_TIERS_SHARE * p * max(1, p / HS_TIERS_RANKS)
+    every = sync_every or max(MIN_SYNC_EVERY, int(global_words // share))
     ratio = auto_sync_every(vocab_size, p) / every
     return every, 1 << max(0, round(math.log2(ratio)))
 
