@@ -45,7 +45,8 @@ def flags(run: str) -> str:
     parts = [f"sync {cfg['sync']}", f"every {cfg['sync_every']:,}"]
     tiers = cfg.get("sync_tiers")       # as run (--sync-full 0, auto, resolved); older runs: the flags
     if tiers:
-        parts.append(f"tiers hot {tiers['hot']} full {tiers['full']}, {tiers['wire']}")
+        fed = cfg.get("wire_feedback", "off") == "on" or (cfg.get("wire_feedback") == "auto" and cfg.get("loss") != "hs")
+        parts.append(f"tiers hot {tiers['hot']} full {tiers['full']}, {tiers['wire']}{', feedback' if fed else ''}")
     elif cfg.get("sync_full", 1) > 1:
         parts.append(f"tiers hot {cfg['sync_hot']} full {cfg['sync_full']}")
     if not tiers and cfg.get("wire", "fp32") not in ("fp32", "auto"):

@@ -52,16 +52,17 @@ class Echo(Comm):
         arr += arr
         return arr
 
-    def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None
-                            ) -> tuple[np.ndarray, np.ndarray]:
+    def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None,
+                            feedback=None, owner_feedback=None) -> tuple[np.ndarray, np.ndarray]:
         from .dist.wire import decode_add, encode     # the codec's compiled loops
 
-        sent = encode(arr, wire, minus)
+        sent = encode(arr, wire, minus, feedback=feedback)
         mine = np.zeros(arr.shape, dtype=np.float32)
         decode_add(sent, wire, mine)
         decode_add(sent, wire, mine)
         n = len(arr)              # the sum is "rank" 0's segment, "rank" 1's is empty
-        return np.stack([encode(mine, wire), np.zeros_like(sent)]), np.array([0, n, n], dtype=np.int64)
+        return (np.stack([encode(mine, wire, feedback=owner_feedback), np.zeros_like(sent)]),
+                np.array([0, n, n], dtype=np.int64))
 
 
 def write_text(path: str) -> None:

@@ -203,3 +203,20 @@ def test_divergence_stops_with_exit_3_and_keeps_checkpoint(corpus, tmp_path):
     for p in checkpoint.list_checkpoints(str(out / "checkpoints")):
         ck = checkpoint.load(p)
         assert np.isfinite(ck.w_in).all() and np.isfinite(ck.w_out).all()
+
+
+def test_a_checkpoint_from_before_wire_feedback_resumes_without_it(monkeypatch):
+    """--wire-feedback came later: a checkpoint without the key ran without it, so a resume
+    that does not give the flag continues without it; one that has it, or a flag given on
+    the command line, keeps what it says."""
+    from mpidwe.core.config import TrainConfig
+    from mpidwe.train import resume
+
+    cfg = TrainConfig(corpus="c.h5", out="o", resume="auto")
+    assert cfg.wire_feedback == "auto"
+    stored = {"corpus": "c.h5", "ranks": 4, "wire": "auto"}
+    monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
+    assert resume._settings_to_adopt(cfg, frozenset(), 4) == {"wire_feedback": "off"}
+    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4) == {}
+    stored["wire_feedback"] = "auto"
+    assert resume._settings_to_adopt(cfg, frozenset(), 4) == {}

@@ -73,6 +73,9 @@ def _cfg(*flags):
     (["--sync-seconds", "0.1", "--store", "sharded"], "--sync-seconds re-plans the rounds of the replicated"),
     (["--sync-seconds", "0.1", "--balance", "speed"], "--sync-seconds re-plans the rounds of the replicated"),
     (["--sync-seconds", "-1"], "--sync-seconds must be >= 0"),
+    (["--wire", "fp32", "--wire-feedback", "on"], "--wire-feedback on keeps what int8 and int4 rows round away"),
+    (["--wire", "bf16", "--wire-feedback", "on"], "give --wire int8 or int4, or leave --wire-feedback at auto"),
+    (["--wire-feedback", "yes"], "invalid choice: 'yes' (choose from 'auto', 'on', 'off') (see"),
 ])
 def test_the_options_refuse_what_they_cannot_do(flags, msg):
     with pytest.raises(MpidweError) as e:
@@ -83,6 +86,14 @@ def test_the_options_refuse_what_they_cannot_do(flags, msg):
 def test_the_options_take_what_they_can_do():
     cfg = _cfg("--sync", "dense", "--wire", "int8", "--sync-full", "64", "--sync-hot", "512")
     assert (cfg.wire, cfg.sync_full, cfg.sync_hot) == ("int8", 64, 512)
+    assert _cfg("--wire-feedback", "on").wire_feedback == "on" and _cfg().wire_feedback == "auto"
+
+
+def test_error_feedback_is_on_in_negative_samplings_tiers_by_default():
+    from mpidwe.core.config import feedback_of
+
+    assert feedback_of("auto", True) and not feedback_of("auto", False) and not feedback_of("auto", True, "hs")
+    assert feedback_of("on", False, "hs") and not feedback_of("off", True)
 
 
 @pytest.mark.parametrize("name", ["int8", "int4"])
@@ -182,3 +193,52 @@ def test_applying_encoded_sums_gives_the_bits_of_decoding_them_first(name, d):
     assert base.tobytes() == want_base.tobytes() and param.tobytes() == want_param.tobytes()
     untouched = counts == 0
     assert (param[untouched] == base[untouched] + np.float32(0.5)).all()
+
+
+@pytest.mark.parametrize("name", ["int8", "int4"])
+@pytest.mark.parametrize("d", [1, 7, 100])
+def test_error_feedback_sends_later_what_an_encoding_left_out(name, d):
+    """wire.encode's ``feedback``: a flagged row is encoded with its residual added, and its
+    residual becomes what that encoding left out, so over many encodings what was decoded
+    differs from what was sent by the residual alone (bounded), where without feedback the
+    rounding accumulates; rows the mask does not flag are encoded as without feedback and
+    keep their residual; a row with a NaN resets its residual to 0."""
+    rng = np.random.default_rng(d)
+    n = 30
+    resid = np.zeros((n, d), np.float32)
+    mask = np.ones(n, np.uint8)
+    mask[::4] = 0
+    change = (rng.standard_normal((n, d)) * np.float32(0.01)).astype(np.float32)
+    change[:, 0] = 1.0                                       # the scale: small values round to 0
+    plain = wire.encode(change, name)
+    assert np.array_equal(wire.encode(change, name, feedback=(resid, mask)), plain)   # no residual yet
+    left = change - wire.decode(plain, name, d)
+    np.testing.assert_array_equal(resid[mask == 1], left[mask == 1])
+    assert not resid[mask == 0].any()
+    before = resid.copy()
+    resid[mask == 0] = 7.0                                    # not flagged: neither added nor updated
+    got = wire.encode(change, name, feedback=(resid, mask))
+    want = wire.encode(np.where(mask[:, None] == 1, change + before, change).astype(np.float32), name)
+    assert np.array_equal(got, want) and (resid[mask == 0] == 7.0).all()
+
+    resid[:] = 0
+    mask[:] = 1
+    sent = np.zeros((n, d), np.float64)
+    fed = np.zeros((n, d), np.float64)
+    lost = np.zeros((n, d), np.float64)
+    for _ in range(200):
+        sent += change
+        fed += wire.decode(wire.encode(change, name, feedback=(resid, mask)), name, d)
+        lost += wire.decode(wire.encode(change, name), name, d)
+    np.testing.assert_allclose(fed + resid, sent, rtol=0, atol=1e-3)
+    levels = 127 if name == "int8" else 7
+    assert np.abs(resid).max() <= 1.0 / levels + 1e-6          # at most one level per value
+    if d > 1:                                                  # without it the small values never move
+        assert np.abs(fed - sent).max() < 0.1 * np.abs(lost - sent).max()
+    bad = change.copy()
+    bad[2, 0] = np.nan
+    resid[2] = 1.0
+    wire.encode(bad, name, feedback=(resid, mask))
+    assert not resid[2].any()
+    with pytest.raises(ValueError, match="int8 or int4"):
+        wire.encode(change, "bf16", feedback=(resid, mask))

@@ -134,7 +134,8 @@ class TrainConfig:
         "model": ("model", "dim", "window", "negative", "loss", "sample", "lr", "min_lr_ratio", "epochs",
                   "subwords", "minn", "maxn", "buckets", "shared_negatives", "seed", "init_from"),
         "compute": ("device", "kernel", "threads", "batch_size"),
-        "sync (how ranks combine)": ("sync", "sync_every", "sync_seconds", "max_local_lr", "wire", "overlap",
+        "sync (how ranks combine)": ("sync", "sync_every", "sync_seconds", "max_local_lr", "wire", "wire_feedback",
+                                     "overlap",
                                      "sync_hot", "sync_full", "balance", "allreduce", "exchange", "store", "pipeline",
                                      "memory_budget"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
@@ -192,6 +193,11 @@ class TrainConfig:
                     "the other dense syncs of the replicated store from 3 ranks on, fp32 elsewhere "
                     "(docs/sync-modes.md)",
                     choices=["auto", "fp32", "bf16", "int8", "int4"])
+    wire_feedback: str = opt("auto", "int8 and int4 rows: each rank keeps what the encoding of a row's change left "
+                             "out and adds it to that row's next change (error feedback; two more copies of each "
+                             "matrix per rank), forgotten at every evaluation and checkpoint; auto: on in negative "
+                             "sampling's tiers (--sync-full), off elsewhere (docs/sync-modes.md, \"Error feedback\")",
+                             choices=["auto", "on", "off"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
                         "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(0, "tiers: rows of each matrix, most frequent first, combined at every sync; 0: auto, "
@@ -317,6 +323,10 @@ class TrainConfig:
         _check(self.sync_hot >= 0, f"--sync-hot must be >= 1 (or 0: auto), got {self.sync_hot}")
         _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto"),
                "--wire bf16, int8 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
+        _check(self.wire_feedback != "on" or self.wire in ("auto", "int8", "int4"),
+               f"--wire-feedback on keeps what int8 and int4 rows round away; --wire {self.wire} sends "
+               f"{'every bit' if self.wire == 'fp32' else 'rows rounded to 8 bits of mantissa, without feedback'}: "
+               f"give --wire int8 or int4, or leave --wire-feedback at auto")
         _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
@@ -425,3 +435,10 @@ def wire_of(cfg: TrainConfig, world_size: int, tiered: bool | None = None) -> st
         return "fp32"
     tiered = tiers_of(cfg, world_size)[0] > 1 if tiered is None else tiered
     return "int4" if tiered else "int8"
+
+
+def feedback_of(option: str, tiered: bool, loss: str = "ns") -> bool:
+    """--wire-feedback: on, off, or auto: on in negative sampling's tiers (``tiered``, as the
+    plan resolved them; int4 rows, where it was measured: docs/sync-modes.md, "Error
+    feedback"), off elsewhere (int8 rows, --loss hs's tiers)."""
+    return option == "on" or (option == "auto" and tiered and loss != "hs")

@@ -216,6 +216,7 @@ class _Parser(argparse.ArgumentParser):
         known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
         out = []
         for word in message.replace(",", " ").split():
+            word = word.rstrip(":")            # "argument --wire: invalid choice": a known option
             if not word.startswith("-") or word in known or word in ("-h", "--help", "-"):
                 continue
             name = word.lstrip("-").split("=", 1)[0]

@@ -220,8 +220,8 @@ class Comm:
         (whole if split is None else split)(len(arr), unpack)
         return arr
 
-    def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None
-                            ) -> tuple[np.ndarray, np.ndarray]:
+    def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None,
+                            feedback=None, owner_feedback=None) -> tuple[np.ndarray, np.ndarray]:
         """The sum over the ranks of a float32 [n, d] array (of ``arr - minus``), encoded
         (dist/wire.py): (every, bounds), rank s's rows [bounds[s], bounds[s + 1]) of the sum
         in every[s, :bounds[s + 1] - bounds[s]], the same bytes on every rank. Each value is
@@ -231,8 +231,10 @@ class Comm:
         bytes. The bytes are a ring all-reduce's, 2 (P - 1) / P rows of ``row_bytes``; a ring
         would re-encode each partial sum at every one of its P - 1 hops, its rounding growing
         with P. ``split(n, work)``: runs the encodings and decodings as ``work(a, b)`` over
-        row ranges covering [0, n) (the rank's threads; every row is computed alike). A
-        collective."""
+        row ranges covering [0, n) (the rank's threads; every row is computed alike).
+        ``feedback``: this rank's (residual, mask) for its own encoding of ``arr`` (wire.encode);
+        ``owner_feedback``: (residual, mask), rows as ``arr``'s, for the sum of the segment
+        this rank owns (only that segment's rows are read and written). A collective."""
         from .wire import decode_add, encode, row_bytes, whole
 
         split = whole if split is None else split
@@ -240,13 +242,15 @@ class Comm:
         n, d = arr.shape
         bounds = np.linspace(0, n, p + 1).astype(np.int64)
         lens = np.diff(bounds)
-        got, _ = self.alltoallv(encode(arr, wire, minus, split), lens, recv_counts=np.full(p, lens[r]))
+        got, _ = self.alltoallv(encode(arr, wire, minus, split, feedback), lens, recv_counts=np.full(p, lens[r]))
         own = int(lens[r])
         mine = np.zeros((own, d), dtype=np.float32)
         # each row of this rank's segment: the P contributions added in rank order
         split(own, lambda a, b: [decode_add(got[s * own + a:s * own + b], wire, mine[a:b]) for s in range(p)])
         block = np.zeros((int(lens.max()), row_bytes(wire, d)), dtype=np.uint8)
-        block[:own] = encode(mine, wire, split=split)
+        seg = slice(int(bounds[r]), int(bounds[r + 1]))
+        block[:own] = encode(mine, wire, split=split,
+                             feedback=None if owner_feedback is None else (owner_feedback[0][seg], owner_feedback[1][seg]))
         return self.allgather_array(block), bounds
 
     def allgather_array(self, arr: np.ndarray) -> np.ndarray:

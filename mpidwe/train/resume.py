@@ -40,7 +40,8 @@ RESUME_TORCH_MUST_MATCH = ("batch_size",)
 
 
 # what a checkpoint written before an option existed ran with
-RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000}
+RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000,
+                   "wire_feedback": "off"}
 
 
 # what a resumed run takes from its checkpoint when the user does not give it (gensim's
@@ -52,7 +53,8 @@ RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3
 RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + (
     "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
-    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "overlap", "sync_seconds")
+    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "wire_feedback", "overlap",
+    "sync_seconds")
 
 
 def adopt_checkpoint_settings(cfg: TrainConfig, given, comm: Comm, log) -> TrainConfig:
@@ -77,6 +79,7 @@ def _settings_to_adopt(cfg: TrainConfig, given: frozenset, world: int) -> dict:
     stored = _stored_config(cfg)
     if stored is None:            # none readable: find_checkpoint says why, or starts fresh
         return {}
+    stored = {**RESUME_DEFAULTS, **stored}          # a checkpoint from before an option ran without it
     keys = [k for k in RESUME_ADOPTS if k not in given and k in stored]
     if "sync_every" not in given and stored.get("ranks") == world and "sync_every" in stored:
         keys.append("sync_every")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..core.config import TrainConfig
+from ..core.config import TrainConfig, feedback_of
 from ..core.errors import InputError
 from ..core.prog import prog
 from ..dist import deathwatch
@@ -139,7 +139,8 @@ def summary_line(r: dict, config_json: str) -> str:
 
 def _tiers(r: dict) -> str:
     t = r.get("sync_tiers")        # absent in a config.json written before tiers could be automatic
-    return (f" in tiers ({t['hot']:,} most frequent rows every sync, all every {t['full']:,}, wire {t['wire']})"
+    fed = ", error feedback" if t and feedback_of(r.get("wire_feedback", "off"), True, r.get("loss", "ns")) else ""
+    return (f" in tiers ({t['hot']:,} most frequent rows every sync, all every {t['full']:,}, wire {t['wire']}{fed})"
             if t else "")
 
 
