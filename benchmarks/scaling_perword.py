@@ -33,6 +33,8 @@ import json
 import sys
 from pathlib import Path
 
+from mpidwe.core.config import feedback_of
+
 ALPHA = 20e-6
 
 
@@ -45,7 +47,7 @@ def flags(run: str) -> str:
     parts = [f"sync {cfg['sync']}", f"every {cfg['sync_every']:,}"]
     tiers = cfg.get("sync_tiers")       # as run (--sync-full 0, auto, resolved); older runs: the flags
     if tiers:
-        fed = cfg.get("wire_feedback", "off") == "on" or (cfg.get("wire_feedback") == "auto" and cfg.get("loss") != "hs")
+        fed = feedback_of(cfg.get("wire_feedback", "off"), True, cfg.get("loss", "ns"))
         parts.append(f"tiers hot {tiers['hot']} full {tiers['full']}, {tiers['wire']}{', feedback' if fed else ''}")
     elif cfg.get("sync_full", 1) > 1:
         parts.append(f"tiers hot {cfg['sync_hot']} full {cfg['sync_full']}")

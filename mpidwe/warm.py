@@ -80,8 +80,12 @@ def warm_sync(cfg: TrainConfig, dim: int) -> None:
 
     rng = np.random.default_rng(0)
     params = [rng.standard_normal((TEXT_WORDS, dim)).astype(np.float32) for _ in range(2)]
-    for wire in sorted({wire_of(cfg, p) for p in (2, WIRE_AUTO_MIN_RANKS, TIERS_AUTO_MIN_RANKS)}):  # auto: each
+    wires = sorted({wire_of(cfg, p) for p in (2, WIRE_AUTO_MIN_RANKS, TIERS_AUTO_MIN_RANKS)})   # auto: each
+    # encoded rows with and without error feedback (--wire-feedback: their own compiled loops)
+    for wire, fed in [(w, f) for w in wires for f in ((False, True) if w in ("int8", "int4") else (False,))]:
         syncer = Synchronizer(Echo(), params, mode=cfg.sync, scale=2, allreduce=cfg.allreduce, wire=wire)
+        if fed:
+            syncer.keep_residuals()
         for step in ((3,) if cfg.sync != "auto" else (3, 1)):
             touched = [np.zeros(TEXT_WORDS, dtype=np.uint8) for _ in params]
             for p, t in zip(params, touched):

@@ -94,7 +94,7 @@ class Synchronizer:
         self._pool = (ThreadPoolExecutor(self.threads, thread_name_prefix="sync")
                       if self.threads > 1 and comm.size > 1 else None)       # one rank: nothing to combine
         self.base = [p.copy() for p in params] if comm.size > 1 else []
-        self.feedback, self.residual = False, []          # error feedback: keep_residuals
+        self.residual: list[tuple[np.ndarray, np.ndarray]] = []      # error feedback: keep_residuals
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
         # per parameter, the rows the last sync changed (some rank touched them): what a
@@ -131,9 +131,13 @@ class Synchronizer:
         sum's units), each added to the row's next one (wire.encode); dropped at every flush
         (drop_feedback). Written in full now, as the base is: pages first written inside the
         syncs, one by one, cost 16 ranks on 2 cores 5.9 times the sync's array work."""
-        self.feedback = self.wire in ("int8", "int4") and self.comm.size > 1
-        self.residual = [(np.zeros_like(b), np.zeros_like(b)) for b in self.base] if self.feedback else []
+        fed = self.wire in ("int8", "int4") and self.comm.size > 1
+        self.residual = [(np.zeros_like(b), np.zeros_like(b)) for b in self.base] if fed else []
         return self
+
+    @property
+    def feedback(self) -> bool:
+        return bool(self.residual)
 
     def drop_feedback(self) -> None:
         """Forget what the encodings left out (after a flush, before a checkpoint: a resumed
@@ -144,7 +148,7 @@ class Synchronizer:
 
     def _residuals(self, which: int, lo: int, hi: int):
         """Matrix ``which``'s (own, owned sums') residuals, rows [lo, hi); None without feedback."""
-        if not self.feedback:
+        if not self.residual:
             return None
         own, owned = self.residual[which]
         return own[lo:hi], owned[lo:hi]

@@ -14,14 +14,14 @@ out, and back; no Comm (dist/comm.py moves the bytes).
 
 Every rank decodes the same bytes into the same floats, so a sum reduced by one rank and
 sent encoded to the others is bit-identical on every rank (Comm.reduce_rows_encoded).
+The int8 and int4 loops are compiled (numba): one pass over the rows each way, and ``decode_add``
+adds a decoded block into a sum without a temporary.
 
 Error feedback (``encode(..., feedback=(residual, mask))``, int8 and int4): what a row's
 encoding left out, ``change - decode(encode(change))``, is kept by its sender and added to
 the row's next change, so rounding delays a part of a change instead of losing it (1-bit
 SGD's and EF-SGD's error compensation); only rows the mask flags (those the rank touched
 since the last sync) take and update their residual.
-The int8 and int4 loops are compiled (numba): one pass over the rows each way, and ``decode_add``
-adds a decoded block into a sum without a temporary.
 """
 
 from __future__ import annotations
@@ -159,9 +159,8 @@ def _row(rows, minus, i, diff):
 
 @njit(cache=True, nogil=True)
 def _row_fed(rows, minus, i, diff, resid, mask):
-    """:func:`_row`, plus resid[i] where the mask flags row i (error feedback: ``resid``
-    has rows), in ``diff``."""
-    if resid.shape[0] == 0 or mask[i] == 0:
+    """:func:`_row`, plus resid[i] where the mask flags row i (error feedback), in ``diff``."""
+    if mask[i] == 0:
         return _row(rows, minus, i, diff)
     r, e = rows[i], resid[i]
     if minus.shape[0] == 0:
@@ -179,7 +178,7 @@ def _keep_residual(resid, mask, i, r, levels, scale):
     """Error feedback: resid[i] = what row ``r``'s encoding (its ``levels`` times
     ``scale``, as the decoder computes them) left out, where the mask flags row i; 0 for a
     row the encoding could not hold (a NaN or an infinity)."""
-    if resid.shape[0] == 0 or mask[i] == 0:
+    if mask[i] == 0:
         return
     e = resid[i]
     if scale != scale:
