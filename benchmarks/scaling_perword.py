@@ -14,14 +14,22 @@ averaged over its ranks, the model takes three costs per word a rank trains:
   when ranks are oversubscribed, so their ratio carries over.
 
 One node runs one rank of T threads at T e r words per second (e: the threads' efficiency,
-``--thread-efficiency``, an assumption: this 2-core machine cannot measure 16-32 threads).
+``--thread-efficiency``, assumed 0.8 by default; or ``--node-rate R``, a node's MEASURED
+words/s at T threads, e.g. the kernel's rate of benchmarks/layouts.py's 1 x T run, which sets
+e = R / (T r): a 16-core node computed enwiki at 7.3-8.2M words/s, e = 0.31-0.35 against
+this machine's r, docs/scaling.md).
 The sync's array work runs on one core today (``--array-threads 1``); with more, it is
 divided among them at the threads' efficiency. Per word of one node, with no overlap:
 
     compute 1 / (T e r) + array a / (A e r) + network b / B + latency s x 2 (P - 1) alpha
 
-(B: bandwidth per node; alpha = 20 us per step of the all-to-all and the allgather, as
-benchmarks/scaling.py). Parallel efficiency = compute / the sum: the share of an ideal
+(B: bandwidth per node; alpha = 20 us per latency step, as benchmarks/scaling.py). The
+steps are the run's own ``sync_steps`` where its metrics have them: the message rounds of
+every collective its syncs made, each counted by its usual algorithm (``Comm``'s
+accounting: P - 1 for an all-to-all and for a ring, ceil(log2 P) for recursive doubling;
+dist/comm.py, ``latency_steps``); in older runs 2 (P - 1) per sync, one all-to-all and one
+allgather, which undercounts the tiers' syncs (per matrix a count allgather, a touch-count
+all-reduce, an all-to-all and an allgather). Parallel efficiency = compute / the sum: the share of an ideal
 P-fold speed-up a P-node job reaches. Each RUN_P predicts for its own P only: the costs
 per word are measured, not extrapolated.
 """
@@ -60,8 +68,10 @@ def costs(run: str) -> dict:
     rec = last(run)
     p = len(rec["words_rank"])
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    steps = rec.get("sync_steps")        # measured: the collectives' latency steps, the same on every rank
     return {"P": p, "b": mean([b / w for b, w in zip(rec["sync_bytes"], rec["words_rank"])]),
             "s": mean([rec["syncs"] / w for w in rec["words_rank"]]),
+            "steps": None if steps is None else mean([steps / w for w in rec["words_rank"]]),
             "a": mean([a / c for a, c in zip(rec["sync_array_seconds"], rec["compute_seconds"])]),
             "eval": rec.get("eval", {}), "flags": flags(run)}
 
@@ -69,7 +79,8 @@ def costs(run: str) -> dict:
 def efficiency(c: dict, r: float, threads: int, e: float, gbits: float, array_threads: int) -> float:
     compute = 1 / (threads * e * r)
     array = c["a"] / r if array_threads == 1 else c["a"] / (min(array_threads, threads) * e * r)
-    rest = array + c["b"] / (gbits * 1e9 / 8) + c["s"] * 2 * (c["P"] - 1) * ALPHA
+    steps = c["steps"] if c["steps"] is not None else c["s"] * 2 * (c["P"] - 1)      # per word
+    rest = array + c["b"] / (gbits * 1e9 / 8) + steps * ALPHA
     return compute / (compute + rest)
 
 
@@ -80,20 +91,30 @@ def main() -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--gbits", type=float, nargs="+", default=[10, 25, 100])
     ap.add_argument("--thread-efficiency", type=float, default=0.8)
+    ap.add_argument("--node-rate", type=float, default=None,
+                    help="a node's measured words/s at the one --threads T (sets the threads' efficiency)")
     ap.add_argument("--array-threads", type=int, default=1, help="threads of the sync's array work (1: today)")
     a = ap.parse_args()
+    if a.node_rate is not None and len(a.threads) != 1:
+        ap.error("--node-rate is a node's rate at one thread count: give one --threads")
     rec1 = last(a.one)
     r = rec1["words_rank"][0] / rec1["compute_seconds"][0]
+    if a.node_rate is not None:
+        a.thread_efficiency = a.node_rate / (a.threads[0] * r)
+        how = f"{a.thread_efficiency:.2f}, from a node's measured {a.node_rate:,.0f} words/s at {a.threads[0]} threads"
+    else:
+        how = f"assumed {a.thread_efficiency}"
     print(f"measured: 1 rank x 1 thread computes {r:,.0f} words/s ({a.one}); threads' efficiency "
-          f"assumed {a.thread_efficiency}; the sync's array work on {a.array_threads} thread(s)")
+          f"{how}; the sync's array work on {a.array_threads} thread(s)")
     head = " | ".join(f"T={t} {g:g} Gb/s" for t in a.threads for g in a.gbits)
-    print(f"| P | scheme | quality | bytes/word | syncs per 1M words | array/compute | {head} |")
-    print("|" + " --- |" * (6 + len(a.threads) * len(a.gbits)))
+    print(f"| P | scheme | quality | bytes/word | syncs per 1M words | latency steps per sync | array/compute | {head} |")
+    print("|" + " --- |" * (7 + len(a.threads) * len(a.gbits)))
     for run in a.runs:
         c = costs(run)
         q = " / ".join(f"{v:.3f}" if "sim" in k else f"{100 * v:.2f}%" for k, v in sorted(c["eval"].items(), reverse=True))
         effs = " | ".join(f"{100 * efficiency(c, r, t, a.thread_efficiency, g, a.array_threads):.0f}%" for t in a.threads for g in a.gbits)
-        print(f"| {c['P']} | {c['flags']} | {q} | {c['b']:,.1f} | {1e6 * c['s']:.1f} | {c['a']:.3f} | {effs} |")
+        per_sync = (f"{c['steps'] / c['s']:.0f}" if c["steps"] is not None else f"{2 * (c['P'] - 1)} (assumed)")
+        print(f"| {c['P']} | {c['flags']} | {q} | {c['b']:,.1f} | {1e6 * c['s']:.1f} | {per_sync} | {c['a']:.3f} | {effs} |")
     return 0
 
 

@@ -68,7 +68,7 @@ mpidwe_launcher() {
             elif [[ $flavour == openmpi ]]; then
                 # listed is not loadable: Debian's plugin needs libpmix-dev's libpmix.so
                 mpidwe_log "warning: srun --mpi=pmix does not work here; using Open MPI's mpiexec" >&2
-                MPIDWE_LAUNCH=(mpiexec -n "${SLURM_NTASKS:-1}")
+                MPIDWE_LAUNCH=(mpiexec -n "${SLURM_NTASKS:-1}" --bind-to none)
                 return 0
             else
                 mpidwe_log "warning: no srun MPI plugin for this MPI ($flavour); using Slurm's MpiDefault" \
@@ -81,6 +81,10 @@ mpidwe_launcher() {
         mpirun | mpiexec)
             command -v mpiexec >/dev/null || mpidwe_die "MPIDWE_LAUNCHER=$choice but no mpiexec on PATH"
             MPIDWE_LAUNCH=(mpiexec -n "${SLURM_NTASKS:-1}")
+            # Open MPI binds each rank of a 1- or 2-rank job to one core: its threads would share it
+            if [[ $flavour == openmpi ]]; then
+                MPIDWE_LAUNCH+=(--bind-to none)
+            fi
             ;;
         *)
             read -r -a MPIDWE_LAUNCH <<<"$choice"

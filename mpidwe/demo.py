@@ -29,8 +29,8 @@ def mpi_launch(ranks: int, args: list[str]) -> list[str]:
     (Open MPI refuses more ranks than cores without --oversubscribe)."""
     cmd = [mpiexec(), "-n", str(ranks)]
     version = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True).stdout
-    if "Open MPI" in version or "OpenRTE" in version:
-        cmd.append("--oversubscribe")
+    if "Open MPI" in version or "OpenRTE" in version:     # more ranks than cores; threads beyond a core
+        cmd += ["--oversubscribe", "--bind-to", "none"]
     return cmd + [sys.executable] + args
 
 

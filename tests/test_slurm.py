@@ -110,7 +110,8 @@ def common_sh(tmp_path: Path, snippet: str, mpiexec_says: str, **env) -> str:
 @pytest.mark.parametrize("mpiexec_says, env, expected", [
     ("HYDRA build details:\n    Version: 4.2.0", {}, "srun --mpi=pmi2"),
     ("mpiexec (Open MPI) 5.0.6", {"SLURM_CPUS_PER_TASK": "4"}, "srun --mpi=pmix --cpus-per-task=4"),
-    ("mpiexec (Open MPI) 5.0.6", {"FAKE_SRUN_RC": "1", "SLURM_NTASKS": "4"}, "mpiexec -n 4"),
+    ("mpiexec (Open MPI) 5.0.6", {"FAKE_SRUN_RC": "1", "SLURM_NTASKS": "4"}, "mpiexec -n 4 --bind-to none"),
+    ("mpiexec (Open MPI) 5.0.6", {"MPIDWE_LAUNCHER": "mpirun", "SLURM_NTASKS": "2"}, "mpiexec -n 2 --bind-to none"),
     ("Intel(R) MPI Library for Linux* OS, Version 2021.11", {}, "srun --mpi=pmi2"),
     ("something else", {}, "srun"),
     ("HYDRA", {"MPIDWE_LAUNCHER": "mpirun", "SLURM_NTASKS": "6"}, "mpiexec -n 6"),

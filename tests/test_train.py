@@ -2,6 +2,7 @@
 every sync mode)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -47,6 +48,24 @@ def test_serial_run_is_deterministic_and_writes_outputs(demo, tmp_path):
     kv = gensim.models.KeyedVectors.load_word2vec_format(str(run_dir / "vectors.txt"))
     assert kv.vector_size == 32 and len(kv.index_to_key) == len(a.words)
     np.testing.assert_allclose(kv[a.words[3]], a.w_in[3], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this system")
+def test_threads_beyond_the_cpus_a_rank_may_use_are_warned_of(demo, tmp_path):
+    """A rank bound to one CPU (Open MPI binds 1- and 2-rank jobs to a core each) and given
+    --threads 2 says so after its first line; one thread there does not."""
+    before = os.sched_getaffinity(0)
+    logs = {1: [], 2: []}
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        for threads in (1, 2):
+            train(small(demo, tmp_path / str(threads), threads=threads), Comm.serial(), log=logs[threads].append)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert not [ln for ln in logs[1] if ln.startswith("warning:")], logs[1]
+    warned = [ln for ln in logs[2] if ln.startswith("warning:")]
+    assert len(warned) == 1 and "2 thread(s) per rank, but rank 0 may run on 1 CPU(s)" in warned[0], logs[2]
+    assert logs[2].index(warned[0]) == 1 and "--bind-to none" in warned[0]
 
 
 def cluster_purity(vectors, words, clusters_file, k=5):

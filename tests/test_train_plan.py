@@ -11,7 +11,7 @@ from mpidwe.core.config import PreprocessConfig, TrainConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.preprocess import run as preprocess
 from mpidwe.train.stream import ShardStream
-from mpidwe.train.plan import count_rounds, learning_rate, rng_seeds, round_targets
+from mpidwe.train.plan import binding_warning, count_rounds, learning_rate, rng_seeds, round_targets
 from mpidwe.dist.replicated import init_params
 
 from conftest import ROOT
@@ -22,6 +22,19 @@ def test_rounds_are_planned_from_the_largest_shard():
     assert count_rounds([0, 0], epochs=1, sync_every=10) == 1
     t = round_targets(95, 4)
     assert t[-1] == 95 and np.all(np.diff(t) >= 23)
+
+
+def test_a_binding_that_does_not_fit_the_threads_is_warned_of():
+    # Open MPI binds each rank of a 1- or 2-rank job to one core: 16 threads share it
+    assert binding_warning(16, False, [16, 16], 16, 1) == ""
+    w = binding_warning(16, False, [16, 1], 16, 1)
+    assert w.startswith("warning: 16 thread(s) per rank, but rank 1 may run on 1 CPU(s)")
+    assert "--bind-to none" in w and "PE=16" in w
+    # --threads 0 follows the affinity: 1 thread on a 16-core node, said so
+    w = binding_warning(1, True, [1, 1], 16, 1)
+    assert w.startswith("warning: --threads 0 chose 1 thread(s) per rank: rank 0 may run on 1 of its node's 16 CPUs")
+    assert binding_warning(8, True, [8, 8], 16, 2) == ""          # 2 ranks a node, 8 CPUs each
+    assert binding_warning(2, False, [4, 4], 16, 4) == ""          # fewer threads than CPUs: the user's choice
 
 
 def test_init_is_word2vec_and_seeded():

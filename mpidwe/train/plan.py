@@ -152,11 +152,34 @@ def learning_rate(cfg: TrainConfig, words_done: int, words_total: int) -> float:
     return kernel_learning_rate(cfg.lr, cfg.lr * cfg.min_lr_ratio, words_done, 1, 0, max(words_total, 1))
 
 
+def cpus_allowed() -> int:
+    """The CPUs this process may run on (its affinity mask, which MPI launchers set when
+    they bind ranks), or the machine's where the mask cannot be read."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def resolve_threads(cfg: TrainConfig, comm: Comm) -> int:
     if cfg.threads:
         return cfg.threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // comm.node_size)
+    return max(1, cpus_allowed() // comm.node_size)
+
+
+def binding_warning(threads: int, auto: bool, allowed: list[int], node_cpus: int, node_size: int) -> str:
+    """A warning where the ranks' CPU binding does not fit their threads ("" where it does):
+    ``allowed`` is every rank's CPU count (its affinity), ``node_cpus`` the node's CPUs and
+    ``node_size`` its ranks. Open MPI binds each rank to one core when a job has 1 or 2
+    ranks: 16 threads on that core trained enwiki no faster than 1 thread (measured on a
+    16-core node, docs/scaling.md), and ``--threads 0`` there chose 1 thread."""
+    rank, fewest = min(enumerate(allowed), key=lambda rc: (rc[1], rc[0]))
+    fix = (f"Open MPI binds each rank to one core when a job has 1 or 2 ranks: add --bind-to none "
+           f"(or --map-by ppr:1:node:PE={max(threads, node_cpus // max(node_size, 1))}); under srun give --cpus-per-task")
+    if threads > fewest:
+        return (f"warning: {threads} thread(s) per rank, but rank {rank} may run on {fewest} CPU(s) (its affinity, "
+                f"as the MPI launcher bound it), so its threads share them; {fix}")
+    if auto and fewest < node_cpus // max(node_size, 1):
+        return (f"warning: --threads 0 chose {threads} thread(s) per rank: rank {rank} may run on {fewest} of its "
+                f"node's {node_cpus} CPUs (its affinity, as the MPI launcher bound it); {fix}, or give --threads")
+    return ""
 
 
 def _nvidia_gpus_visible() -> bool:
@@ -287,6 +310,7 @@ class Plan:
     words_total: int           # global words of the whole run
     scale: int                 # every rank trains at scale x lr (dist/rule.py)
     resolved: dict             # the configuration as run: config.json and every checkpoint
+    binding: str = ""          # a warning where the ranks' CPU binding does not fit their threads
 
     @property
     def local_lr(self) -> float:
@@ -301,6 +325,10 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr,
                        corpus.n_tokens * cfg.epochs / comm.size)
     threads = resolve_threads(cfg, comm)
+    binding = ""
+    if device == "cpu":       # every rank: the collective is made whatever it finds
+        binding = binding_warning(threads, not cfg.threads, comm.allgather(cpus_allowed()), os.cpu_count() or 1,
+                                  comm.node_size)
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
     every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
@@ -327,7 +355,8 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__, **sharded)
     own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
-    return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved)
+    return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved,
+                binding)
 
 
 def kernel_args(cfg: TrainConfig, plan: Plan, counts: np.ndarray, keep: np.ndarray, table: np.ndarray,

@@ -141,6 +141,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
         trainer.carry_chars(origin)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
+        if log and plan.binding:
+            log(plan.binding)
         comm.barrier()    # the old marker is gone before any watcher starts
         deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
         return trainer.run()
