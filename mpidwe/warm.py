@@ -64,6 +64,14 @@ class Echo(Comm):
         return (np.stack([encode(mine, wire, feedback=owner_feedback), np.zeros_like(sent)]),
                 np.array([0, n, n], dtype=np.int64))
 
+    def reduce_parts_encoded(self, parts, wire: str, split=None) -> list:
+        out = []
+        for arr, minus, counts, feedback, resid in parts:
+            summed = counts.astype(np.uint8) * np.uint8(2)          # the echo touched the same rows
+            owner = None if resid is None else (resid, (summed != 0).view(np.uint8))
+            out.append((*self.reduce_rows_encoded(arr, wire, minus, split, feedback, owner), summed))
+        return out
+
 
 def write_text(path: str) -> None:
     """A small seeded text whose every word passes the default --min-count."""

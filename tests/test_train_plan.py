@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.dist.comm import Comm, latency_steps
 from mpidwe.core.config import PreprocessConfig, TrainConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.preprocess import run as preprocess
@@ -35,6 +35,15 @@ def test_a_binding_that_does_not_fit_the_threads_is_warned_of():
     assert w.startswith("warning: --threads 0 chose 1 thread(s) per rank: rank 0 may run on 1 of its node's 16 CPUs")
     assert binding_warning(8, True, [8, 8], 16, 2) == ""          # 2 ranks a node, 8 CPUs each
     assert binding_warning(2, False, [4, 4], 16, 4) == ""          # fewer threads than CPUs: the user's choice
+
+
+def test_latency_steps_follow_the_usual_algorithms():
+    assert [latency_steps("alltoall", p) for p in (1, 2, 16, 32)] == [0, 1, 15, 31]
+    assert latency_steps("tree", 16) == 4 and latency_steps("tree", 17) == 5 and latency_steps("ring", 16) == 30
+    assert latency_steps("allgather", 16, 100_000) == 4 and latency_steps("allgather", 16, 1 << 20) == 15
+    assert latency_steps("allreduce", 16, 2048) == 4 and latency_steps("allreduce", 16, 4096) == 8
+    with pytest.raises(ValueError):
+        latency_steps("scatter", 4)
 
 
 def test_init_is_word2vec_and_seeded():

@@ -26,11 +26,39 @@ class CommStats:
     bytes_sent: int = 0
     seconds: float = 0.0
     calls: int = 0
+    steps: int = 0         # latency steps: message rounds by each collective's usual algorithm
 
-    def add(self, nbytes: int, seconds: float) -> None:
+    def add(self, nbytes: int, seconds: float, steps: int = 0) -> None:
         self.bytes_sent += int(nbytes)
         self.seconds += seconds
         self.calls += 1
+        self.steps += int(steps)
+
+
+# The message rounds a collective of P ranks takes by the algorithm MPI libraries use for it
+# (MPICH's and Open MPI's defaults), counted for the cluster model (benchmarks/scaling_perword.py
+# charges each an assumed latency): a round is one latency a rank waits before its next step.
+ALLGATHER_RING_BYTES = 512 * 1024     # MPICH's MPIR_CVAR_ALLGATHER_LONG_MSG_SIZE (all ranks' bytes)
+ALLREDUCE_SHORT_BYTES = 2048          # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE
+
+
+def latency_steps(kind: str, p: int, nbytes: int = 0) -> int:
+    """``kind``: ``allgather`` (``nbytes``: the gathered total; recursive doubling, a ring
+    from ALLGATHER_RING_BYTES), ``allreduce`` (``nbytes``: the array; recursive doubling,
+    reduce-scatter plus allgather beyond ALLREDUCE_SHORT_BYTES), ``ring`` (a ring all-reduce),
+    ``alltoall`` (pairwise: P - 1) or ``tree`` (a barrier, a broadcast: ceil(log2 P))."""
+    if p <= 1:
+        return 0
+    log = (p - 1).bit_length()
+    if kind == "allgather":
+        return p - 1 if nbytes >= ALLGATHER_RING_BYTES else log
+    if kind == "allreduce":
+        return log if nbytes <= ALLREDUCE_SHORT_BYTES else 2 * log
+    if kind in ("ring", "alltoall"):
+        return 2 * (p - 1) if kind == "ring" else p - 1
+    if kind == "tree":
+        return log
+    raise ValueError(f"unknown collective {kind!r}")
 
 
 class Comm:
@@ -110,7 +138,7 @@ class Comm:
             t = time.perf_counter()
             self._comm.Barrier()
             if accounted:
-                self.stats.add(0, time.perf_counter() - t)
+                self.stats.add(0, time.perf_counter() - t, latency_steps("tree", self.size))
 
     def bcast(self, obj, root: int = 0):
         if self._comm is None:
@@ -133,7 +161,7 @@ class Comm:
         request = self._comm.Ibarrier()
         while not request.Test():
             time.sleep(poll_s)
-        self.stats.add(0, time.perf_counter() - t)
+        self.stats.add(0, time.perf_counter() - t, latency_steps("tree", self.size))
 
     def allgather(self, obj):
         if self._comm is None:
@@ -161,7 +189,8 @@ class Comm:
         self._comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM)
         # Bytes a bandwidth-optimal all-reduce sends per rank; the library's own algorithm
         # is not observable, so it is accounted with the same model as the ring.
-        self.stats.add(2 * (self.size - 1) * arr.nbytes // self.size, time.perf_counter() - t)
+        self.stats.add(2 * (self.size - 1) * arr.nbytes // self.size, time.perf_counter() - t,
+                       latency_steps("allreduce", self.size, arr.nbytes))
         return arr
 
     def ring_allreduce_(self, arr: np.ndarray, chunk_bytes: int = 4 << 20) -> np.ndarray:
@@ -196,7 +225,7 @@ class Comm:
                         flat[b0:b1] += buf
                     else:
                         flat[b0:b1] = buf
-        self.stats.add(sent, time.perf_counter() - t)
+        self.stats.add(sent, time.perf_counter() - t, latency_steps("ring", p) * n_chunks)
         return arr
 
     def allreduce_rows_encoded_(self, arr: np.ndarray, wire: str, split=None) -> np.ndarray:
@@ -253,6 +282,48 @@ class Comm:
                              feedback=None if owner_feedback is None else (owner_feedback[0][seg], owner_feedback[1][seg]))
         return self.allgather_array(block), bounds
 
+    def reduce_parts_encoded(self, parts, wire: str, split=None) -> list:
+        """:meth:`reduce_rows_encoded` of several arrays at once, each with its rows' touch
+        counts, in one Alltoallv and one Allgather (a sync's two matrices: half the latency
+        steps, and the counts ride along instead of an all-reduce of their own). ``parts``:
+        (arr, minus, counts, feedback, owner_residual) each: ``counts`` a uint8 per row (this
+        rank's touches; their sums wrap as a uint8 MPI sum would), ``owner_residual`` the
+        residual of the owned sums (error feedback on the rows some rank touched) or None.
+        Each part's rows are owned, summed and encoded exactly as :meth:`reduce_rows_encoded`
+        does, so the bytes are the same. Returns (every, bounds, summed counts) per part."""
+        from .wire import decode_add, encode, row_bytes, whole
+
+        split = whole if split is None else split
+        p, r = self.size, self.rank
+        rb = row_bytes(wire, parts[0][0].shape[1])
+        bounds = [np.linspace(0, len(part[0]), p + 1).astype(np.int64) for part in parts]
+        lens = np.array([np.diff(b) for b in bounds])                        # [parts, P]
+        enc = [encode(arr, wire, minus, split, fed) for arr, minus, _, fed, _ in parts]
+        per_dest = lens.sum(axis=0) * (rb + 1)          # to rank s: each part's rows of segment s, then their counts
+        send = np.concatenate([x for s in range(p) for x in
+                               [e[b[s]:b[s + 1]].reshape(-1) for e, b in zip(enc, bounds)]
+                               + [part[2][b[s]:b[s + 1]].astype(np.uint8, copy=False) for part, b in zip(parts, bounds)]])
+        got, _ = self.alltoallv(send, per_dest, recv_counts=np.full(p, per_dest[r]))
+        got = got.reshape(p, -1)
+        own, longest = lens[:, r], lens.max(axis=1)
+        at_got = np.concatenate(([0], np.cumsum(np.concatenate((own * rb, own)))))
+        at_block = np.concatenate(([0], np.cumsum(np.concatenate((longest * rb, longest)))))
+        block = np.zeros(int(at_block[-1]), dtype=np.uint8)
+        for i, (arr, _, _, _, resid) in enumerate(parts):
+            n, k = int(own[i]), len(parts) + i
+            rows = [got[s, at_got[i]:at_got[i + 1]].reshape(n, rb) for s in range(p)]
+            mine = np.zeros((n, arr.shape[1]), dtype=np.float32)
+            split(n, lambda a, b: [decode_add(x[a:b], wire, mine[a:b]) for x in rows])   # in rank order
+            summed = got[:, at_got[k]:at_got[k + 1]].sum(axis=0, dtype=np.uint8)
+            seg = slice(int(bounds[i][r]), int(bounds[i][r + 1]))
+            fed = None if resid is None else (resid[seg], (summed != 0).view(np.uint8))
+            block[at_block[i]:at_block[i] + n * rb] = encode(mine, wire, split=split, feedback=fed).reshape(-1)
+            block[at_block[k]:at_block[k] + n] = summed
+        every = self.allgather_array(block)
+        return [(every[:, at_block[i]:at_block[i + 1]].reshape(p, int(longest[i]), rb), bounds[i],
+                 np.concatenate([every[s, at_block[len(parts) + i]:at_block[len(parts) + i] + int(lens[i, s])]
+                                 for s in range(p)])) for i in range(len(parts))]
+
     def allgather_array(self, arr: np.ndarray) -> np.ndarray:
         """Every rank's equally shaped ``arr``, stacked in rank order: [P, *arr.shape]. With
         MPICH, Allgather of padded blocks is about 3x faster than Allgatherv of the same
@@ -262,7 +333,7 @@ class Comm:
         t = time.perf_counter()
         out = np.empty((self.size,) + arr.shape, dtype=arr.dtype)
         self._comm.Allgather(np.ascontiguousarray(arr), out)
-        self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t)
+        self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t, latency_steps("allgather", self.size, out.nbytes))
         return out
 
     def alltoallv(self, send: np.ndarray, send_counts: np.ndarray,
@@ -277,9 +348,11 @@ class Comm:
         from mpi4py import MPI
 
         t = time.perf_counter()
+        steps = latency_steps("alltoall", self.size)
         if recv_counts is None:
             recv_counts = np.empty(self.size, dtype=np.int64)
             self._comm.Alltoall(send_counts, recv_counts)
+            steps += latency_steps("tree", self.size)          # a word each: Bruck's log2 P rounds
         recv_counts = np.asarray(recv_counts, dtype=np.int64)
         row_items = int(np.prod(send.shape[1:], dtype=np.int64)) if send.ndim > 1 else 1
         out = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
@@ -290,14 +363,15 @@ class Comm:
         self._comm.Alltoallv([np.ascontiguousarray(send), (s_items, s_displ), mpi_type],
                              [out, (r_items, r_displ), mpi_type])
         own = int(send_counts[self.rank]) * row_items * send.itemsize
-        self.stats.add(int(s_items.sum()) * send.itemsize - own, time.perf_counter() - t)
+        self.stats.add(int(s_items.sum()) * send.itemsize - own, time.perf_counter() - t, steps)
         return out, recv_counts
 
     def bcast_array_(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         if self._comm is not None:
             t = time.perf_counter()
             self._comm.Bcast(arr, root=root)
-            self.stats.add(arr.nbytes if self.rank == root else 0, time.perf_counter() - t)
+            self.stats.add(arr.nbytes if self.rank == root else 0, time.perf_counter() - t,
+                           latency_steps("tree", self.size))
         return arr
 
     # --- failure handling -----------------------------------------------------------

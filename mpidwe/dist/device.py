@@ -73,6 +73,7 @@ class DeviceExchange:
         """Combine every rank's changes since the last sync into ``params`` (in place) and
         clear the ``touched`` masks; a collective. The largest |value| that changed."""
         t, c, b = time.perf_counter(), self.group.stats.seconds, self.group.stats.bytes_sent
+        k = self.group.stats.steps
         step = self._sparse if self.mode == "sparse" else self._dense
         biggest = 0.0
         for param, base, mask in zip(params, self.base, touched):
@@ -83,6 +84,7 @@ class DeviceExchange:
         s.seconds += time.perf_counter() - t
         s.comm_seconds += self.group.stats.seconds - c
         s.bytes_sent += self.group.stats.bytes_sent - b
+        s.steps += self.group.stats.steps - k
         return biggest
 
     def _sparse(self, param, base, mask) -> float:

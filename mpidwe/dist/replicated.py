@@ -109,20 +109,21 @@ class Synchronizer:
         combines (None: all); a row outside keeps its flag and its change until a sync that
         combines it. Returns the largest |value| of the rows that changed (inf if any is NaN)."""
         t, c, b = time.perf_counter(), self.comm.stats.seconds, self.comm.stats.bytes_sent
-        biggest = 0.0
+        k = self.comm.stats.steps
         self.changed_rows = []
-        for i, (param, mask) in enumerate(zip(params, touched)):
-            lo, hi = (0, len(param)) if spans is None else spans[i]
-            if self.comm.size > 1:
-                biggest = max(biggest, self._combine(param, self.base[i], mask, lo, hi, i))
-            else:
-                biggest = max(biggest, _max_abs_rows(param[lo:hi], mask[lo:hi]))
+        spans = [(0, len(param)) for param in params] if spans is None else spans
+        if self.comm.size > 1:
+            biggest = self._combine_all(params, touched, spans)
+        else:
+            biggest = max(_max_abs_rows(param[lo:hi], mask[lo:hi]) for param, mask, (lo, hi) in zip(params, touched, spans))
+        for mask, (lo, hi) in zip(touched, spans):
             mask[lo:hi] = 0
         s = self.stats
         s.syncs += 1
         s.seconds += time.perf_counter() - t
         s.comm_seconds += self.comm.stats.seconds - c
         s.bytes_sent += self.comm.stats.bytes_sent - b
+        s.steps += self.comm.stats.steps - k
         return float(biggest)
 
     def keep_residuals(self) -> "Synchronizer":
@@ -153,19 +154,50 @@ class Synchronizer:
         own, owned = self.residual[which]
         return own[lo:hi], owned[lo:hi]
 
-    def _combine(self, param, base, mask, lo: int, hi: int, which: int = 0) -> float:
-        """One matrix's rows [lo, hi): sparse or dense by the mode (``auto``: by the ranks'
-        touch counts, which every rank then knows alike: rule.dense_pays). ``which``: the
-        matrix, for its error feedback (a sparse sync sends float32 rows and leaves it as
-        it is)."""
-        if self.mode not in ("sparse", "auto"):
-            return self._dense(param, base, mask, lo, hi, which)
-        rows = (np.flatnonzero(mask[lo:hi]) + lo).astype(np.int32)
-        counts = self.comm.allgather_array(np.array([len(rows)], dtype=np.int64))[:, 0].copy()
-        if self.mode == "auto" and dense_pays(counts, hi - lo, *self._row_bytes(param.shape[1])):
-            self.stats.dense_syncs += 1
-            return self._dense(param, base, mask, lo, hi, which)
-        return self._sparse(param, base, rows, counts)
+    def _combine_all(self, params, touched, spans) -> float:
+        """Every matrix's rows [lo, hi) of ``spans``: sparse or dense by the mode (``auto``: by
+        the ranks' touch counts, one allgather for all matrices, which every rank then knows
+        alike: rule.dense_pays). The encoded dense ones travel together (``_dense_fused``:
+        one all-to-all and one allgather for all of them); ``changed_rows`` in matrix order."""
+        dense, rows, counts = [self.mode not in ("sparse", "auto")] * len(params), None, None
+        if self.mode in ("sparse", "auto"):
+            rows = [(np.flatnonzero(mask[lo:hi]) + lo).astype(np.int32) for mask, (lo, hi) in zip(touched, spans)]
+            counts = self.comm.allgather_array(np.array([len(r) for r in rows], dtype=np.int64))
+            dense = [self.mode == "auto" and dense_pays(counts[:, i].copy(), hi - lo, *self._row_bytes(param.shape[1]))
+                     for i, (param, (lo, hi)) in enumerate(zip(params, spans))]
+            self.stats.dense_syncs += sum(dense)
+        fused = [i for i, d in enumerate(dense) if d and self.wire != "fp32" and self.comm.size < 256]
+        done, biggest = {}, 0.0
+        for i, (param, mask, (lo, hi)) in enumerate(zip(params, touched, spans)):
+            if i in fused:
+                done = done or self._dense_fused(params, touched, spans, fused)
+                peak, changed = done[i]
+                self.changed_rows.append(changed)
+            elif dense[i]:
+                peak = self._dense(param, self.base[i], mask, lo, hi, i)
+            else:
+                peak = self._sparse(param, self.base[i], rows[i], counts[:, i].copy())
+            biggest = max(biggest, peak)
+        return biggest
+
+    def _dense_fused(self, params, touched, spans, which: list[int]) -> dict:
+        """The matrices ``which`` as encoded changes with their touch counts, all in one
+        Comm.reduce_parts_encoded (the same bytes and sums as ``_dense_encoded`` one matrix
+        at a time, in two collectives instead of three per matrix): per matrix (the largest
+        |value| that changed, the rows some rank touched)."""
+        parts = []
+        for i in which:
+            (lo, hi), mask = spans[i], touched[i][spans[i][0]:spans[i][1]]
+            resid = self._residuals(i, lo, hi)
+            parts.append((params[i][lo:hi], self.base[i][lo:hi], mask, None if resid is None else (resid[0], mask),
+                          None if resid is None else resid[1]))
+        out = {}
+        for i, (every, bounds, counts) in zip(which, self.comm.reduce_parts_encoded(parts, self.wire, self._by_rows)):
+            lo, hi = spans[i]
+            divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
+            out[i] = (self._land(params[i][lo:hi], self.base[i][lo:hi], every, bounds, divisors, counts),
+                      np.flatnonzero(counts) + lo)
+        return out
 
     def _row_bytes(self, d: int) -> tuple[int, int]:
         """(bytes per row of a dense sync, of a sparse one) where ``auto`` weighs bytes (in
@@ -224,7 +256,11 @@ class Synchronizer:
         fed = {} if resid is None else {"feedback": (resid[0], mask),
                                         "owner_feedback": (resid[1], (counts != 0).view(np.uint8))}
         every, bounds = self.comm.reduce_rows_encoded(param, self.wire, minus=base, split=self._by_rows, **fed)
+        return self._land(param, base, every, bounds, divisors, counts)
 
+    def _land(self, param, base, every, bounds, divisors, counts) -> float:
+        """The encoded sums ``every`` (owner s's rows [bounds[s], bounds[s + 1])) applied as
+        they are decoded (rule.apply_encoded), by row ranges on the rank's threads."""
         def land(a: int, b: int) -> float:
             return max([apply_encoded(every[s, x - bounds[s]:y - bounds[s]], self.wire, base[x:y], param[x:y],
                                       divisors[x:y], counts[x:y]) for s, x, y in segments(bounds, a, b)],

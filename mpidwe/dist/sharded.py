@@ -123,7 +123,7 @@ class ShardStore:
         the training thread's pulls count in the store's sync time."""
         ahead = comm is not None and comm is not self.comm
         comm = comm or self.comm
-        t, c = time.perf_counter(), comm.stats.seconds
+        t, c = time.perf_counter(), (comm.stats.seconds, comm.stats.steps)
         if ahead:
             comm.barrier_sleeping()
         d = self.dim
@@ -141,7 +141,7 @@ class ShardStore:
     def push(self, ws: WorkingSet, trained, base, touched) -> float:
         """Send the touched rows' changes (a world of one: the rows) to their owners, who
         apply them; returns the largest |value| written on any row this rank owns."""
-        t, c = time.perf_counter(), self.comm.stats.seconds
+        t, c = time.perf_counter(), (self.comm.stats.seconds, self.comm.stats.steps)
         p, biggest = self.comm.size, 0.0
         for m, (own, mat, b, mask) in enumerate(zip(self.own, trained, base, touched)):
             sel = np.flatnonzero(mask)
@@ -168,7 +168,7 @@ class ShardStore:
         that the push changed, sent again by their owners with their current values, so the
         set holds exactly what a pull now would. Token rows travel with both matrices if
         either changed, noise rows with the output matrix."""
-        t, c = time.perf_counter(), self.comm.stats.seconds
+        t, c = time.perf_counter(), (self.comm.stats.seconds, self.comm.stats.steps)
         tokens, noise = requests
         self._refresh(tokens, self._changed[0] | self._changed[1], self.own, (ws_in, ws_out), 0)
         self._refresh(noise, self._changed[1], self.own[1:], (ws_out,), ws.n_in)
@@ -194,9 +194,11 @@ class ShardStore:
         self.rows_refreshed += len(slots) * len(dest)
 
     @staticmethod
-    def _account(t: float, c: float, comm: Comm, stats: SyncStats) -> None:
+    def _account(t: float, c: tuple[float, int], comm: Comm, stats: SyncStats) -> None:
+        """Since ``c``, ``comm``'s (seconds, steps) at ``t``."""
         stats.seconds += time.perf_counter() - t
-        stats.comm_seconds += comm.stats.seconds - c
+        stats.comm_seconds += comm.stats.seconds - c[0]
+        stats.steps += comm.stats.steps - c[1]
 
     def gather_rows(self, ids: np.ndarray, matrix: int = 0) -> np.ndarray | None:
         """Rank 0: rows ``ids`` (sorted, unique) of one matrix; None elsewhere."""

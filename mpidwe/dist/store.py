@@ -47,6 +47,7 @@ class SyncStats:
     comm_seconds: float = 0.0
     bytes_sent: int = 0
     dense_syncs: int = 0      # --sync auto: matrices a sync sent dense (the others went sparse)
+    steps: int = 0            # the syncs' latency steps (CommStats.steps: the collectives' message rounds)
 
     @property
     def array_seconds(self) -> float:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from ..core.errors import ConfigError
 from . import deathwatch
-from .comm import Comm, CommStats
+from .comm import Comm, CommStats, latency_steps
 
 # How long a collective may wait for the slowest rank: syncs wait only for the other ranks'
 # rounds (evaluations and checkpoints wait on MPI), so this is a round's skew at most.
@@ -116,7 +116,8 @@ class TorchGroup:
         tensor = tensor.contiguous()
         out = torch.empty((self.size,) + tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
         self._wait(self._pg.allgather([list(out.unbind(0))], [tensor]))
-        self.stats.add(out.nbytes - tensor.nbytes, time.perf_counter() - t)
+        self.stats.add(out.nbytes - tensor.nbytes, time.perf_counter() - t,
+                       latency_steps("allgather", self.size, out.nbytes))
         return out
 
     def allreduce_(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -125,7 +126,8 @@ class TorchGroup:
         t = time.perf_counter()
         self._wait(self._pg.allreduce([tensor]))
         # accounted as a bandwidth-optimal all-reduce, as Comm.allreduce_ accounts MPI's
-        self.stats.add(2 * (self.size - 1) * tensor.nbytes // self.size, time.perf_counter() - t)
+        self.stats.add(2 * (self.size - 1) * tensor.nbytes // self.size, time.perf_counter() - t,
+                       latency_steps("allreduce", self.size, tensor.nbytes))
         return tensor
 
     def close(self) -> None:

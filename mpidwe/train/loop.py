@@ -399,6 +399,9 @@ class Trainer:
             "seconds": elapsed, "syncs": s.syncs,
             # --sync auto: how many (sync, matrix) pairs went dense, the rest sparse
             "sync_dense": s.dense_syncs,
+            # the syncs' latency steps: every collective's message rounds by its usual
+            # algorithm (dist/comm.py latency_steps), the same on every rank
+            "sync_steps": s.steps,
             "comm_bytes": [int(r[0]) for r in per_rank],
             "comm_seconds": [round(r[1], 4) for r in per_rank],
             "compute_seconds": [round(r[2], 4) for r in per_rank],

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpidwe.dist.comm import Comm, ring_plan
+from mpidwe.dist.comm import Comm, latency_steps, ring_plan
 from mpidwe.core.errors import EXIT_DIVERGED, ConfigError, InputError, MpidweError
 
 CHUNK_BYTES = (1, 8, 16, 24, 100, 4 << 20)
@@ -101,6 +101,21 @@ def test_allgather_array_stacks_equal_blocks_in_rank_order(comm):
     assert np.array_equal(stacked, np.broadcast_to(np.arange(comm.size, dtype=np.float32)[:, None, None],
                                                    (comm.size, 3, 2)))
     assert comm.stats.bytes_sent == (comm.size - 1) * 3 * 2 * 4 and comm.stats.calls == 1
+
+
+@on_every_job
+def test_every_collective_counts_its_latency_steps(comm):
+    """The steps the cluster model charges (benchmarks/scaling_perword.py) are the sum of
+    each collective's rounds, counted where it is made."""
+    p = comm.size
+    comm.allgather_array(np.zeros(4, dtype=np.int64))                          # 32 P bytes: doubling
+    comm.allreduce_(np.zeros(4096, dtype=np.uint8))                            # beyond 2 KB
+    comm.alltoallv(np.zeros((p, 2), dtype=np.float32), np.ones(p, dtype=np.int64))   # with its counts
+    comm.alltoallv(np.zeros((p, 2), dtype=np.float32), np.ones(p, dtype=np.int64), recv_counts=np.ones(p))
+    comm.barrier()
+    log = latency_steps("tree", p)
+    assert comm.stats.steps == log + 2 * log + (p - 1 + log) + (p - 1) + log
+    assert comm.stats.calls == 5
 
 
 @on_every_job

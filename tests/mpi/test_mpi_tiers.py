@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mpidwe.dist import wire
-from mpidwe.dist.comm import Comm
+from mpidwe.dist.comm import Comm, latency_steps
 from mpidwe.dist.replicated import Synchronizer, rest_of
 
 from test_mpi_train import demo, train_here  # noqa: F401  (demo: the module's corpus fixture)
@@ -148,6 +148,12 @@ def test_training_in_tiers_leaves_the_ranks_identical_and_sends_less(demo, job_t
             last, base = tiered.metrics[-1], plain.metrics[-1]
             assert sum(last["sync_bytes"]) < 0.5 * sum(base["sync_bytes"]), (sync, last["sync_bytes"])
             assert last["loss"] < tiered.metrics[0]["loss"]
+            # the latency steps the cluster model charges, 2 a collective at 3 ranks (log2 and
+            # P - 1 agree there): sparse, one allgather of both matrices' row counts and two
+            # per matrix (rows, values); dense, both matrices and their touch counts in one
+            # all-to-all and one allgather
+            assert latency_steps("tree", 3) == latency_steps("alltoall", 3) == 2
+            assert last["sync_steps"] == last["syncs"] * (10 if sync == "sparse" else 4), (sync, last["sync_steps"])
 
 
 @pytest.mark.parallel([2, 3])
