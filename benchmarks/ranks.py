@@ -82,6 +82,8 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
             # --sync auto: the (sync, matrix) pairs that went dense
             "dense": last.get("sync_dense", 0),
             "mb_per_sync": max(last["sync_bytes"]) / syncs / 1e6,
+            # the collectives' latency steps per sync (what a network's latency is charged for)
+            "steps_per_sync": last.get("sync_steps", 0) / syncs,
             # bytes each rank sent in syncs per word it trained, and the syncs' array work
             # against the kernels' compute, averaged over the ranks
             "bytes_per_word": sum(b / max(w, 1) for b, w in zip(last["sync_bytes"], last["words_rank"])) / ranks,
@@ -93,19 +95,19 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
 
 def table(rows: list[dict]) -> str:
     head = ("| ranks | sync | lr x | words/rank between syncs | syncs per epoch | dense / all matrix-syncs "
-            "| MB sent per sync and rank "
+            "| MB sent per sync and rank | latency steps per sync "
             "| bytes per trained word and rank | array / compute "
             "| similarity | analogy | final loss | train s | sync s (comm + array) |")
-    lines = [head, "|" + " --- |" * 14]
+    lines = [head, "|" + " --- |" * 15]
     for r in rows:
         if r["exit"]:
-            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 11)
+            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 12)
             continue
         t = r.get("tiers")
         sync = r["mode"] + (f", tiers {t['hot']}/{t['full']} {t['wire']}" if t else "")
         lines.append(f"| {r['ranks']} | {sync} | {r['lr_scale']} | {r['sync_every']:,} | "
                      f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['dense']} / {2 * r['syncs'] if r['ranks'] > 1 else 0} | "
-                     f"{r['mb_per_sync']:.2f} | "
+                     f"{r['mb_per_sync']:.2f} | {r['steps_per_sync']:.1f} | "
                      f"{r['bytes_per_word']:,.1f} | {r['array_share']:.3f} | {r['sim']:.3f} | "
                      f"{100 * r['analogy']:.1f}% | {r['loss']:.3f} | {r['train_s']:.1f} | "
                      f"{r['sync_comm_s']:.1f} + {r['sync_array_s']:.1f} |")
