@@ -325,10 +325,9 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     scale = comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr,
                        corpus.n_tokens * cfg.epochs / comm.size)
     threads = resolve_threads(cfg, comm)
-    binding = ""
-    if device == "cpu":       # every rank: the collective is made whatever it finds
-        binding = binding_warning(threads, not cfg.threads, comm.allgather(cpus_allowed()), os.cpu_count() or 1,
-                                  comm.node_size)
+    allowed = comm.allgather(cpus_allowed())        # every rank, whatever its device: a collective
+    binding = binding_warning(threads, not cfg.threads, allowed, os.cpu_count() or 1,
+                              comm.node_size) if device == "cpu" else ""
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
     every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
