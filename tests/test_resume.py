@@ -41,10 +41,16 @@ def train(ranks, corpus, out, *extra, check=True, timeout=180):
 TIERS = ("--sync", "dense", "--wire", "int8", "--sync-full", "4", "--sync-hot", "64", "--sync-every", "5000")
 
 
-@pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS), (2, ("--overlap",)),
+# error feedback (on in tiers) keeps its residuals across the evaluations' flushes and drops
+# them at checkpoints: evaluations between the checkpoints must not break exactness
+EVALS = ("--eval-every", "60000", "--eval-sim", "{similarity}")
+
+
+@pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS), (3, TIERS + EVALS), (2, ("--overlap",)),
                                          (2, ("--sync-seconds", "0.005"))],
-                         ids=["2", "4", "8", "3-tiers", "2-overlap", "2-sync-seconds"])
+                         ids=["2", "4", "8", "3-tiers", "3-tiers-evaluating", "2-overlap", "2-sync-seconds"])
 def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks, extra):
+    extra = [x.format(similarity=corpus.parent / "demo-similarity.tsv") for x in extra]
     full = tmp_path / "full"
     train(ranks, corpus, full, "--epochs", "2", "--checkpoint-every", "100000", *extra)
     cks = checkpoint.list_checkpoints(str(full / "checkpoints"))

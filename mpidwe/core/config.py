@@ -282,7 +282,8 @@ class TrainConfig:
     follow_poll: float = opt(2.0, "--follow: seconds between two looks at the folder")
     follow_settle: float = opt(1.0, "--follow: a file is taken once untouched for this many seconds")
     follow_exit_idle: bool = opt(False, "--follow: exit (0) when no new file is left instead of waiting")
-    eval_every: int = opt(0, "evaluate on rank 0 every this many words (0: only at the end); the other ranks "
+    eval_every: int = opt(0, "evaluate on rank 0 after the round that passes each multiple of this many words "
+                          "(0: only at the end); the other ranks "
                           "wait for it, the scores are logged and the time shows as evaluation")
     eval_sim: tuple[str, ...] = opt((), "word-similarity files (word1 word2 score) to evaluate on")
     eval_analogy: tuple[str, ...] = opt((), "analogy files (questions-words.txt format) to evaluate on")

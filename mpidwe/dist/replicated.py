@@ -129,9 +129,10 @@ class Synchronizer:
     def keep_residuals(self) -> "Synchronizer":
         """--wire-feedback (int8 and int4 wires): per matrix, what this rank's encodings of
         its changes left out, and what its encodings of the sums it owned left out (in the
-        sum's units), each added to the row's next one (wire.encode); dropped at every flush
-        (drop_feedback). Written in full now, as the base is: pages first written inside the
-        syncs, one by one, cost 16 ranks on 2 cores 5.9 times the sync's array work."""
+        sum's units), each added to the row's next one (wire.encode); dropped at every
+        checkpoint (drop_feedback), which a resumed run starts from without them. Written in
+        full now, as the base is: pages first written inside the syncs, one by one, cost 16
+        ranks on 2 cores 5.9 times the sync's array work."""
         fed = self.wire in ("int8", "int4") and self.comm.size > 1
         self.residual = [(np.zeros_like(b), np.zeros_like(b)) for b in self.base] if fed else []
         return self
@@ -432,7 +433,6 @@ class ReplicatedStore(Store):
             # no change (the same model as a sync of every row, fewer rows to walk and send)
             self.syncer.sync(list(self.params), list(self.touched), self._rest)
             self.pending = False
-        self.syncer.drop_feedback()
 
     def extra_comm_bytes(self) -> int:
         return 0 if self.exchange is None else self.exchange.comm.stats.bytes_sent
@@ -451,6 +451,7 @@ class ReplicatedStore(Store):
 
     def save(self, directory: str, ck, keep: int) -> str | None:
         self.flush()
+        self.syncer.drop_feedback()      # a run resumed from this checkpoint starts without residuals
         return save_on_root(self.comm, directory, ck, keep)
 
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:

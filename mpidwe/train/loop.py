@@ -87,13 +87,12 @@ class RunResult:
 
 @dataclass
 class Marks:
-    """Where the run stood at its start, its last checkpoint, evaluation and metrics line."""
+    """Where the run stood at its start, its last checkpoint and metrics line."""
 
     t_start: float
     words_at_start: int
     ckpt_words: int
     ckpt_time: float
-    eval_words: int
     log_words: int
     log_seconds: float = 0.0
 
@@ -285,13 +284,14 @@ class Trainer:
         run_loss = np.zeros(2)                 # loss sum, examples since this process started
         window = np.zeros(2)                   # loss sum, examples since the last metrics line
         now = time.perf_counter()
-        marks = Marks(now, p.words_done, p.words_done, now, p.words_done, p.words_done)
+        marks = Marks(now, p.words_done, p.words_done, now, p.words_done)
         ckpt_path, stopped = None, False
         finished = p.round >= plan.rounds      # resumed from the run's final checkpoint
         try:
             self.say_compiling(plan.rounds - p.round)
             first = rnd = p.round
             while rnd < self.plan.rounds:       # (--sync-seconds may re-plan the rounds after one)
+                before = p.words_done
                 totals = self.round(rnd, bar, ticker, marks)
                 window += (totals.loss, totals.examples)
                 run_loss += (totals.loss, totals.examples)
@@ -300,8 +300,12 @@ class Trainer:
                 elif totals.log_due:
                     self.progress_line(ticker, run_loss)
                 last = rnd == self.plan.rounds - 1
-                if (rnd + 1) % cfg.log_every == 0 or last or totals.stop:
-                    self.log_metrics(metrics, bar, window, marks, last)
+                # an evaluation at the first round past every multiple of --eval-every: where
+                # it falls (its flush changes a run in tiers) depends on the round alone, so a
+                # resumed run evaluates where the run it resumes did
+                due_eval = bool(cfg.eval_every and p.words_done // cfg.eval_every > before // cfg.eval_every) or last
+                if (rnd + 1) % cfg.log_every == 0 or due_eval or totals.stop:
+                    self.log_metrics(metrics, bar, window, marks, due_eval)
                 if last or totals.stop or totals.due or (cfg.checkpoint_every and p.words_done - marks.ckpt_words
                                                          >= cfg.checkpoint_every):
                     ckpt_path = self.save_checkpoint(complete=last)
@@ -347,10 +351,9 @@ class Trainer:
             p = self.state.progress
             ticker.emit(p.words_done, run_loss[0], run_loss[1], p.lr, np.array(per_rank, dtype=np.float64))
 
-    def log_metrics(self, metrics: MetricsLog, bar, window: np.ndarray, marks: Marks, last: bool) -> None:
-        """A metrics line (with an evaluation when due): every rank gathers, rank 0 writes."""
-        cfg, p = self.cfg, self.state.progress
-        due_eval = bool(cfg.eval_every and p.words_done - marks.eval_words >= cfg.eval_every) or last
+    def log_metrics(self, metrics: MetricsLog, bar, window: np.ndarray, marks: Marks, due_eval: bool) -> None:
+        """A metrics line (with an evaluation when ``due_eval``): every rank gathers, rank 0 writes."""
+        p = self.state.progress
         elapsed = time.perf_counter() - marks.t_start
         eval_before = self.eval_s
         record = self.metrics_record(window, elapsed, marks, due_eval)
@@ -361,8 +364,6 @@ class Trainer:
             _show(bar, record)
             if due_eval and self.log and record.get("eval"):
                 self.log(evaluation_line(record, self.plan.words_total, self.eval_s - eval_before, self.comm.size))
-        if due_eval:
-            marks.eval_words = p.words_done
         marks.log_words, marks.log_seconds = p.words_done, elapsed
         window[:] = 0
 
