@@ -52,24 +52,21 @@ class Echo(Comm):
         arr += arr
         return arr
 
-    def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None,
-                            feedback=None, owner_feedback=None) -> tuple[np.ndarray, np.ndarray]:
+    def reduce_parts_encoded(self, parts, wire: str, split=None) -> list:
         from .dist.wire import decode_add, encode     # the codec's compiled loops
 
-        sent = encode(arr, wire, minus, feedback=feedback)
-        mine = np.zeros(arr.shape, dtype=np.float32)
-        decode_add(sent, wire, mine)
-        decode_add(sent, wire, mine)
-        n = len(arr)              # the sum is "rank" 0's segment, "rank" 1's is empty
-        return (np.stack([encode(mine, wire, feedback=owner_feedback), np.zeros_like(sent)]),
-                np.array([0, n, n], dtype=np.int64))
-
-    def reduce_parts_encoded(self, parts, wire: str, split=None) -> list:
         out = []
-        for arr, minus, counts, feedback, resid in parts:
-            summed = counts.astype(np.uint8) * np.uint8(2)          # the echo touched the same rows
-            owner = None if resid is None else (resid, (summed != 0).view(np.uint8))
-            out.append((*self.reduce_rows_encoded(arr, wire, minus, split, feedback, owner), summed))
+        for arr, minus, counts, feedback, owner in parts:
+            summed = None if counts is None else counts + counts       # the echo touched the same rows
+            sent = encode(arr, wire, minus, feedback=feedback)
+            mine = np.zeros(arr.shape, dtype=np.float32)
+            decode_add(sent, wire, mine)
+            decode_add(sent, wire, mine)
+            if owner is not None and owner[1] is None:
+                owner = (owner[0], (summed != 0).view(np.uint8))
+            n = len(arr)              # the sum is "rank" 0's segment, "rank" 1's is empty
+            out.append((np.stack([encode(mine, wire, feedback=owner), np.zeros_like(sent)]),
+                        np.array([0, n, n], dtype=np.int64), summed))
         return out
 
 

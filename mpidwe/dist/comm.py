@@ -54,8 +54,10 @@ def latency_steps(kind: str, p: int, nbytes: int = 0) -> int:
         return p - 1 if nbytes >= ALLGATHER_RING_BYTES else log
     if kind == "allreduce":
         return log if nbytes <= ALLREDUCE_SHORT_BYTES else 2 * log
-    if kind in ("ring", "alltoall"):
-        return 2 * (p - 1) if kind == "ring" else p - 1
+    if kind == "alltoall":
+        return p - 1
+    if kind == "ring":
+        return 2 * (p - 1)
     if kind == "tree":
         return log
     raise ValueError(f"unknown collective {kind!r}")
@@ -263,66 +265,60 @@ class Comm:
         row ranges covering [0, n) (the rank's threads; every row is computed alike).
         ``feedback``: this rank's (residual, mask) for its own encoding of ``arr`` (wire.encode);
         ``owner_feedback``: (residual, mask), rows as ``arr``'s, for the sum of the segment
-        this rank owns (only that segment's rows are read and written). A collective."""
-        from .wire import decode_add, encode, row_bytes, whole
-
-        split = whole if split is None else split
-        p, r = self.size, self.rank
-        n, d = arr.shape
-        bounds = np.linspace(0, n, p + 1).astype(np.int64)
-        lens = np.diff(bounds)
-        got, _ = self.alltoallv(encode(arr, wire, minus, split, feedback), lens, recv_counts=np.full(p, lens[r]))
-        own = int(lens[r])
-        mine = np.zeros((own, d), dtype=np.float32)
-        # each row of this rank's segment: the P contributions added in rank order
-        split(own, lambda a, b: [decode_add(got[s * own + a:s * own + b], wire, mine[a:b]) for s in range(p)])
-        block = np.zeros((int(lens.max()), row_bytes(wire, d)), dtype=np.uint8)
-        seg = slice(int(bounds[r]), int(bounds[r + 1]))
-        block[:own] = encode(mine, wire, split=split,
-                             feedback=None if owner_feedback is None else (owner_feedback[0][seg], owner_feedback[1][seg]))
-        return self.allgather_array(block), bounds
+        this rank owns (only that segment's rows are read and written). A collective: one
+        part of :meth:`reduce_parts_encoded`."""
+        (every, bounds, _), = self.reduce_parts_encoded([(arr, minus, None, feedback, owner_feedback)], wire, split)
+        return every, bounds
 
     def reduce_parts_encoded(self, parts, wire: str, split=None) -> list:
         """:meth:`reduce_rows_encoded` of several arrays at once, each with its rows' touch
         counts, in one Alltoallv and one Allgather (a sync's two matrices: half the latency
         steps, and the counts ride along instead of an all-reduce of their own). ``parts``:
-        (arr, minus, counts, feedback, owner_residual) each: ``counts`` a uint8 per row (this
-        rank's touches; their sums wrap as a uint8 MPI sum would), ``owner_residual`` the
-        residual of the owned sums (error feedback on the rows some rank touched) or None.
-        Each part's rows are owned, summed and encoded exactly as :meth:`reduce_rows_encoded`
-        does, so the bytes are the same. Returns (every, bounds, summed counts) per part."""
+        (arr, minus, counts, feedback, owner_feedback) each: ``counts`` an integer per row
+        (this rank's touches, summed in their own type as an MPI sum of it would) or None;
+        ``owner_feedback`` (residual, mask) as :meth:`reduce_rows_encoded`'s, its mask None
+        for the rows some rank touched (a summed count not 0), or None. Each part's rows are
+        owned, summed and encoded as :meth:`reduce_rows_encoded` says. Returns (every,
+        bounds, summed counts or None) per part."""
         from .wire import decode_add, encode, row_bytes, whole
 
         split = whole if split is None else split
-        p, r = self.size, self.rank
+        p, r, m = self.size, self.rank, len(parts)
         rb = row_bytes(wire, parts[0][0].shape[1])
-        bounds = [np.linspace(0, len(part[0]), p + 1).astype(np.int64) for part in parts]
-        lens = np.array([np.diff(b) for b in bounds])                        # [parts, P]
-        enc = [encode(arr, wire, minus, split, fed) for arr, minus, _, fed, _ in parts]
-        per_dest = lens.sum(axis=0) * (rb + 1)          # to rank s: each part's rows of segment s, then their counts
-        send = np.concatenate([x for s in range(p) for x in
-                               [e[b[s]:b[s + 1]].reshape(-1) for e, b in zip(enc, bounds)]
-                               + [part[2][b[s]:b[s + 1]].astype(np.uint8, copy=False) for part, b in zip(parts, bounds)]])
+        bounds = [np.linspace(0, len(part[0]), p + 1).astype(np.int64) for part in parts] * 2
+        lens = np.array([np.diff(b) for b in bounds])                  # [2 m, P]: encoded rows, then counts
+        kinds = [None if part[2] is None else part[2].dtype for part in parts]
+        regions = [encode(arr, wire, minus, split, fed) for arr, minus, _, fed, _ in parts] + [
+            np.zeros((len(part[0]), 0), np.uint8) if part[2] is None
+            else part[2].view(np.uint8).reshape(len(part[0]), part[2].dtype.itemsize)
+            for part in parts]
+        widths = np.array([reg.shape[1] for reg in regions])
+        send = np.concatenate([reg[b[s]:b[s + 1]].reshape(-1) for s in range(p) for reg, b in zip(regions, bounds)])
+        per_dest = (lens * widths[:, None]).sum(axis=0)     # to rank s: every part's segment s, then their counts
         got, _ = self.alltoallv(send, per_dest, recv_counts=np.full(p, per_dest[r]))
         got = got.reshape(p, -1)
         own, longest = lens[:, r], lens.max(axis=1)
-        at_got = np.concatenate(([0], np.cumsum(np.concatenate((own * rb, own)))))
-        at_block = np.concatenate(([0], np.cumsum(np.concatenate((longest * rb, longest)))))
+        at_got = np.concatenate(([0], np.cumsum(own * widths)))
+        at_block = np.concatenate(([0], np.cumsum(longest * widths)))
         block = np.zeros(int(at_block[-1]), dtype=np.uint8)
-        for i, (arr, _, _, _, resid) in enumerate(parts):
-            n, k = int(own[i]), len(parts) + i
+        summed = [None] * m
+        for i, (arr, _, _, _, owner) in enumerate(parts):
+            n, k = int(own[i]), m + i
+            if kinds[i] is not None:
+                summed[i] = np.ascontiguousarray(got[:, at_got[k]:at_got[k + 1]]).view(kinds[i]).sum(axis=0, dtype=kinds[i])
+                block[at_block[k]:at_block[k + 1]][:n * widths[k]] = summed[i].view(np.uint8)
             rows = [got[s, at_got[i]:at_got[i + 1]].reshape(n, rb) for s in range(p)]
             mine = np.zeros((n, arr.shape[1]), dtype=np.float32)
             split(n, lambda a, b: [decode_add(x[a:b], wire, mine[a:b]) for x in rows])   # in rank order
-            summed = got[:, at_got[k]:at_got[k + 1]].sum(axis=0, dtype=np.uint8)
             seg = slice(int(bounds[i][r]), int(bounds[i][r + 1]))
-            fed = None if resid is None else (resid[seg], (summed != 0).view(np.uint8))
+            fed = None if owner is None else (owner[0][seg], (summed[i] != 0).view(np.uint8) if owner[1] is None
+                                              else owner[1][seg])
             block[at_block[i]:at_block[i] + n * rb] = encode(mine, wire, split=split, feedback=fed).reshape(-1)
-            block[at_block[k]:at_block[k] + n] = summed
         every = self.allgather_array(block)
         return [(every[:, at_block[i]:at_block[i + 1]].reshape(p, int(longest[i]), rb), bounds[i],
-                 np.concatenate([every[s, at_block[len(parts) + i]:at_block[len(parts) + i] + int(lens[i, s])]
-                                 for s in range(p)])) for i in range(len(parts))]
+                 None if kinds[i] is None else np.concatenate(
+                     [every[s, at_block[m + i]:at_block[m + i] + int(lens[i, s]) * widths[m + i]].view(kinds[i])
+                      for s in range(p)])) for i in range(m)]
 
     def allgather_array(self, arr: np.ndarray) -> np.ndarray:
         """Every rank's equally shaped ``arr``, stacked in rank order: [P, *arr.shape]. With

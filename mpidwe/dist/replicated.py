@@ -142,8 +142,8 @@ class Synchronizer:
         return bool(self.residual)
 
     def drop_feedback(self) -> None:
-        """Forget what the encodings left out (after a flush, before a checkpoint: a resumed
-        run starts from none, so it continues as the run it resumes)."""
+        """Forget what the encodings left out (at a checkpoint: a resumed run starts from
+        none, so it continues as the run it resumes)."""
         for pair in self.residual:
             for r in pair:
                 self._by_rows(len(r), lambda a, b, r=r: r[a:b].fill(0))
@@ -158,7 +158,7 @@ class Synchronizer:
     def _combine_all(self, params, touched, spans) -> float:
         """Every matrix's rows [lo, hi) of ``spans``: sparse or dense by the mode (``auto``: by
         the ranks' touch counts, one allgather for all matrices, which every rank then knows
-        alike: rule.dense_pays). The encoded dense ones travel together (``_dense_fused``:
+        alike: rule.dense_pays). The encoded dense ones travel together (``_dense_encoded``:
         one all-to-all and one allgather for all of them); ``changed_rows`` in matrix order."""
         dense, rows, counts = [self.mode not in ("sparse", "auto")] * len(params), None, None
         if self.mode in ("sparse", "auto"):
@@ -167,31 +167,34 @@ class Synchronizer:
             dense = [self.mode == "auto" and dense_pays(counts[:, i].copy(), hi - lo, *self._row_bytes(param.shape[1]))
                      for i, (param, (lo, hi)) in enumerate(zip(params, spans))]
             self.stats.dense_syncs += sum(dense)
-        fused = [i for i, d in enumerate(dense) if d and self.wire != "fp32" and self.comm.size < 256]
+        encoded = [i for i, d in enumerate(dense) if d and self.wire != "fp32"]
         done, biggest = {}, 0.0
         for i, (param, mask, (lo, hi)) in enumerate(zip(params, touched, spans)):
-            if i in fused:
-                done = done or self._dense_fused(params, touched, spans, fused)
+            if i in encoded:
+                done = done or self._dense_encoded(params, touched, spans, encoded)
                 peak, changed = done[i]
                 self.changed_rows.append(changed)
             elif dense[i]:
-                peak = self._dense(param, self.base[i], mask, lo, hi, i)
+                peak = self._dense(param, self.base[i], mask, lo, hi)
             else:
                 peak = self._sparse(param, self.base[i], rows[i], counts[:, i].copy())
             biggest = max(biggest, peak)
         return biggest
 
-    def _dense_fused(self, params, touched, spans, which: list[int]) -> dict:
-        """The matrices ``which`` as encoded changes with their touch counts, all in one
-        Comm.reduce_parts_encoded (the same bytes and sums as ``_dense_encoded`` one matrix
-        at a time, in two collectives instead of three per matrix): per matrix (the largest
-        |value| that changed, the rows some rank touched)."""
+    def _dense_encoded(self, params, touched, spans, which: list[int]) -> dict:
+        """The matrices ``which``, all in one Comm.reduce_parts_encoded: their touch counts
+        (a byte each while P < 256) and their changes, encoded as they are computed (param -
+        base; error feedback: this rank's residual, added on the rows it touched, and the
+        residual of the sums it owns, added on the rows some rank touched), applied as they
+        are decoded (rule.apply_encoded), by row ranges on the rank's threads: no array of
+        changes is written on either side. Per matrix: (the largest |value| that changed,
+        the rows some rank touched)."""
         parts = []
         for i in which:
             (lo, hi), mask = spans[i], touched[i][spans[i][0]:spans[i][1]]
             resid = self._residuals(i, lo, hi)
-            parts.append((params[i][lo:hi], self.base[i][lo:hi], mask, None if resid is None else (resid[0], mask),
-                          None if resid is None else resid[1]))
+            parts.append((params[i][lo:hi], self.base[i][lo:hi], mask.astype(self._counts_type()),
+                          None if resid is None else (resid[0], mask), None if resid is None else (resid[1], None)))
         out = {}
         for i, (every, bounds, counts) in zip(which, self.comm.reduce_parts_encoded(parts, self.wire, self._by_rows)):
             lo, hi = spans[i]
@@ -229,10 +232,9 @@ class Synchronizer:
         return max(self._by_rows(len(param), lambda a, b: _apply_rows(
             base, param, all_rows, all_values, counts, self.scale, self._senders, a, b)))
 
-    def _dense(self, param, base, mask, lo: int, hi: int, which: int = 0) -> float:
+    def _dense(self, param, base, mask, lo: int, hi: int) -> float:
+        """float32 rows (--wire fp32): the changes and the touch counts all-reduced."""
         param, base = param[lo:hi], base[lo:hi]
-        if self.wire != "fp32":
-            return self._dense_encoded(param, base, mask[lo:hi], lo, self._residuals(which, lo, hi))
         delta = np.empty_like(param)
         self._by_rows(len(param), lambda a, b: np.subtract(param[a:b], base[a:b], out=delta[a:b]))
         self.comm.allreduce_(delta, self.allreduce)
@@ -242,22 +244,6 @@ class Synchronizer:
         self.changed_rows.append(np.flatnonzero(counts) + lo)
         return max(self._by_rows(len(param), lambda a, b: _apply_dense(
             base[a:b], param[a:b], delta[a:b], divisors[a:b], counts[a:b])))
-
-    def _dense_encoded(self, param, base, mask, lo: int, resid=None) -> float:
-        """The rows as encoded changes: the touch counts first (a byte each while P < 256),
-        then the changes, encoded as they are computed (param - base; ``resid``, error
-        feedback: (this rank's residual, added on the rows it touched; the residual of the
-        sums it owns, added on the rows some rank touched)) and applied as they are decoded
-        (rule.apply_encoded), by row ranges on the rank's threads: no array of changes is
-        written on either side."""
-        counts = mask.astype(self._counts_type())
-        self.comm.allreduce_(counts, self.allreduce)
-        divisors = row_divisors(counts, self.scale, self.comm.size, self.mode)
-        self.changed_rows.append(np.flatnonzero(counts) + lo)
-        fed = {} if resid is None else {"feedback": (resid[0], mask),
-                                        "owner_feedback": (resid[1], (counts != 0).view(np.uint8))}
-        every, bounds = self.comm.reduce_rows_encoded(param, self.wire, minus=base, split=self._by_rows, **fed)
-        return self._land(param, base, every, bounds, divisors, counts)
 
     def _land(self, param, base, every, bounds, divisors, counts) -> float:
         """The encoded sums ``every`` (owner s's rows [bounds[s], bounds[s + 1])) applied as

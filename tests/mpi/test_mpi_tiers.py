@@ -97,7 +97,8 @@ def test_an_encoded_all_reduce_is_bit_identical_on_every_rank_and_close_to_the_s
 
 @pytest.mark.parallel([2, 3, 4])
 @pytest.mark.parametrize("name", ["bf16", "int4"])
-def test_parts_travel_together_as_the_same_bytes_as_one_array_at_a_time(name):
+@pytest.mark.parametrize("count_type", [np.uint8, np.int32])        # int32: the counts from 256 ranks on
+def test_parts_travel_together_as_the_same_bytes_as_one_array_at_a_time(name, count_type):
     """Comm.reduce_parts_encoded (a sync's two matrices and their touch counts in one
     all-to-all and one allgather) gives each part the bytes reduce_rows_encoded gives it
     alone, the counts' sum, and the same owner residuals, in 2 collectives instead of 3 each."""
@@ -107,9 +108,10 @@ def test_parts_travel_together_as_the_same_bytes_as_one_array_at_a_time(name):
     for n in (1000 + 3, 57):           # unequal parts, one shorter than a segment per rank at 4
         arr, base = rng.standard_normal((n, D)).astype(np.float32), rng.standard_normal((n, D)).astype(np.float32)
         touched = (rng.random(n) < 0.5).astype(np.uint8)
-        fed = ((np.zeros((n, D), np.float32), touched), np.zeros((n, D), np.float32)) if name == "int4" else (None, None)
-        parts.append((arr, base, touched, fed[0], fed[1]))
-        counts = comm.allreduce_(touched.copy())
+        fed = ((np.zeros((n, D), np.float32), touched), (np.zeros((n, D), np.float32), None)) if name == "int4" \
+            else (None, None)
+        parts.append((arr, base, touched.astype(count_type), fed[0], fed[1]))
+        counts = comm.allreduce_(touched.astype(count_type))
         owner = None if fed[1] is None else (np.zeros((n, D), np.float32), (counts != 0).view(np.uint8))
         own_fed = None if fed[0] is None else (np.zeros((n, D), np.float32), touched)
         alone.append((comm.reduce_rows_encoded(arr, name, minus=base, feedback=own_fed, owner_feedback=owner),
@@ -118,12 +120,12 @@ def test_parts_travel_together_as_the_same_bytes_as_one_array_at_a_time(name):
     together = comm.reduce_parts_encoded(parts, name)
     assert comm.stats.calls - calls == 2
     for (every, bounds, counts), ((every1, bounds1), counts1, own_fed, owner), part in zip(together, alone, parts):
-        assert np.array_equal(bounds, bounds1) and np.array_equal(counts, counts1)
+        assert np.array_equal(bounds, bounds1) and np.array_equal(counts, counts1) and counts.dtype == count_type
         for s in range(comm.size):
             k = int(bounds[s + 1] - bounds[s])
             assert every[s, :k].tobytes() == every1[s, :k].tobytes()
         if own_fed is not None:
-            assert np.array_equal(part[3][0], own_fed[0]) and np.array_equal(part[4], owner[0])
+            assert np.array_equal(part[3][0], own_fed[0]) and np.array_equal(part[4][0], owner[0])
 
 
 @pytest.mark.parallel([2, 3])
