@@ -141,12 +141,16 @@ def test_auto_on_a_node_with_cuda_chooses_the_fused_kernel_on_cuda_n(two_gpus, m
 
 
 def test_auto_on_cuda_refuses_what_the_device_store_cannot_do(two_gpus):
-    """--kernel auto picks triton or torch on a CUDA node, whose store has no tiers and no overlap:
-    said in one line, not ignored (config.py can only check a kernel the user names)."""
-    for kw, flag in (({"sync_full": 8, "sync": "dense"}, "--sync-full"), ({"overlap": True}, "--overlap")):
-        with pytest.raises(ConfigError, match=f"^{flag} needs the numba kernel on the CPU"):
-            choose_compute(cfg(**kw), Comm.serial())
-        assert choose_compute(cfg(device="cpu", **kw), Comm.serial()).kernel == "numba"
+    """--kernel auto picks triton or torch on a CUDA node, whose store has no overlap: said in
+    one line, not ignored (config.py can only check a kernel the user names); tiers it has
+    (its syncs are combined on the host, with --exchange mpi)."""
+    with pytest.raises(ConfigError, match="^--overlap needs the numba kernel on the CPU"):
+        choose_compute(cfg(overlap=True), Comm.serial())
+    assert choose_compute(cfg(device="cpu", overlap=True), Comm.serial()).kernel == "numba"
+    assert choose_compute(cfg(sync_full=8, sync="dense"), Comm.serial()).kernel in ("torch", "triton")
+    with pytest.raises(ConfigError, match="--sync-full > 1 combines rows in tiers on the replicated store with "
+                                          "--exchange mpi"):
+        cfg(sync_full=8, exchange="torch", kernel="torch")
 
 
 def test_on_cuda_the_store_puts_the_parameters_on_the_gpu(two_gpus, monkeypatch):

@@ -46,10 +46,19 @@ TIERS = ("--sync", "dense", "--wire", "int8", "--sync-full", "4", "--sync-hot", 
 EVALS = ("--eval-every", "60000", "--eval-sim", "{similarity}")
 
 
+# the torch kernel's device store in tiers (CPU torch): int4 rows with error feedback, the
+# spans' rows staged through the host
+TORCH_TIERS = ("--kernel", "torch", "--device", "cpu", "--sync", "auto", "--wire", "int4", "--sync-full", "4",
+               "--sync-hot", "64", "--sync-every", "5000")
+
+
 @pytest.mark.parametrize("ranks,extra", [(2, ()), (4, ()), (8, ()), (3, TIERS), (3, TIERS + EVALS), (2, ("--overlap",)),
-                                         (2, ("--sync-seconds", "0.005"))],
-                         ids=["2", "4", "8", "3-tiers", "3-tiers-evaluating", "2-overlap", "2-sync-seconds"])
+                                         (2, ("--sync-seconds", "0.005")), (3, TORCH_TIERS + EVALS)],
+                         ids=["2", "4", "8", "3-tiers", "3-tiers-evaluating", "2-overlap", "2-sync-seconds",
+                              "3-torch-tiers-evaluating"])
 def test_resume_from_a_middle_checkpoint_is_exact(corpus, tmp_path, ranks, extra):
+    if "torch" in extra:
+        pytest.importorskip("torch")
     extra = [x.format(similarity=corpus.parent / "demo-similarity.tsv") for x in extra]
     full = tmp_path / "full"
     train(ranks, corpus, full, "--epochs", "2", "--checkpoint-every", "100000", *extra)

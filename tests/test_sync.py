@@ -120,11 +120,12 @@ def test_tiers_are_automatic_from_8_ranks_where_they_apply_with_64_hot_rows_a_ra
     assert tiers_of(cfg(), 8) == (TIERS_AUTO_FULL, 512) and tiers_of(cfg(), 16) == (TIERS_AUTO_FULL, 1024)
     assert tiers_of(cfg(sync_hot=1024), 16) == (TIERS_AUTO_FULL, 1024)
     assert tiers_of(cfg(sync_full=1), 16)[0] == 1 and tiers_of(cfg(sync_full=8), 2) == (8, 128)   # as given
-    for off in (dict(store="sharded"), dict(sync="average", max_local_lr=0.4), dict(kernel="torch")):
+    for off in (dict(store="sharded"), dict(sync="average", max_local_lr=0.4), dict(kernel="torch", exchange="torch")):
         assert tiers_of(cfg(**off), 16)[0] == 1, off                  # where tiers do not apply: every row
         if "store" not in off:                                           # (sharded: negative sampling only)
             assert tiers_of(cfg(loss="hs", **off), 16, full_hs=64)[0] == 1, off
-    assert tiers_of(cfg(), 16, kernel="torch")[0] == 1                 # --kernel auto chose torch
+    for on in (dict(kernel="torch"), dict(device="cuda")):             # the device store's host exchange
+        assert tiers_of(cfg(**on), 16) == (TIERS_AUTO_FULL, 1024), on
 
 
 def test_hs_combines_in_tiers_from_4_ranks_at_its_own_interval():

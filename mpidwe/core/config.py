@@ -195,17 +195,18 @@ class TrainConfig:
                     choices=["auto", "fp32", "bf16", "int8", "int4"])
     wire_feedback: str = opt("auto", "int8 and int4 rows: each rank keeps what the encoding of a row's change left "
                              "out and adds it to that row's next change (error feedback; two more copies of each "
-                             "matrix per rank), forgotten at every evaluation and checkpoint; auto: on in negative "
+                             "matrix per rank), forgotten at every checkpoint; auto: on in negative "
                              "sampling's tiers (--sync-full), off elsewhere (docs/sync-modes.md, \"Error feedback\")",
                              choices=["auto", "on", "off"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
                         "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(0, "tiers: rows of each matrix, most frequent first, combined at every sync; 0: auto, "
-                        "64 x ranks (docs/sync-modes.md, \"Tiers\")")
+                        "64 x ranks (--loss hs: 64) (docs/sync-modes.md, \"Tiers\")")
     sync_full: int = opt(0, "every this many syncs all rows are combined; between, a sync combines the "
                          "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
                          "tiers); a power of 2; 1: every sync combines every row; 0: auto, 256 from 8 ranks on "
-                         "(replicated store, numba kernel, not --sync average or --loss hs), 1 below")
+                         "(--loss hs: from 4 ranks, about the rule's interval over HS's hot one) on the "
+                         "replicated store with --exchange mpi, not --sync average; 1 elsewhere")
     balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
                        "speed: each round's words are divided among the ranks by the speed each measured "
                        "(for ranks of uneven speed; not bit-reproducible; resumes on any rank count)",
@@ -291,10 +292,10 @@ class TrainConfig:
     eval_restrict_vocab: int = opt(30000, "analogy answers are searched among this many most frequent words")
 
     def tiers_can_apply(self) -> bool:
-        """Whether tiers (--sync-full > 1) can combine this run's rows: the replicated store's
-        numba kernel, with --sync auto, sparse or dense."""
-        return (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"
-                and self.sync != "average")
+        """Whether tiers (--sync-full > 1) can combine this run's rows: the replicated store
+        (the numba kernel's, or the torch and triton kernels' device store, whose syncs the
+        host combines: --exchange mpi), with --sync auto, sparse or dense."""
+        return self.store == "replicated" and self.exchange == "mpi" and self.sync != "average"
 
     def __post_init__(self):
         _positive("keep_checkpoints", self.keep_checkpoints)
@@ -332,7 +333,7 @@ class TrainConfig:
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
         _check(self.sync_full <= 1 or self.tiers_can_apply(),
-               "--sync-full > 1 combines rows in tiers on the replicated store's numba kernel with --sync "
+               "--sync-full > 1 combines rows in tiers on the replicated store with --exchange mpi and --sync "
                "auto, sparse or dense")
         _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
                                           and self.wire in ("fp32", "auto") and self.allreduce == "mpi"),
@@ -408,11 +409,11 @@ TIERS_AUTO_MIN_RANKS_HS = 4
 TIERS_AUTO_HOT_HS = 64
 
 
-def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba", full_hs: int = TIERS_AUTO_FULL
-             ) -> tuple[int, int]:
+def tiers_of(cfg: TrainConfig, world_size: int, full_hs: int = TIERS_AUTO_FULL) -> tuple[int, int]:
     """(every how many syncs all rows are combined, hot rows per matrix) on ``world_size``
     ranks: --sync-full and --sync-hot, or for 0 (auto) tiers where they apply (the replicated
-    store's numba kernel, not --sync average) and every row at every sync (1) elsewhere:
+    store with --exchange mpi, whatever the kernel; not --sync average) and every row at
+    every sync (1) elsewhere:
     negative sampling from TIERS_AUTO_MIN_RANKS ranks, every TIERS_AUTO_FULL syncs, hot 0
     meaning 64 x ranks; --loss hs from TIERS_AUTO_MIN_RANKS_HS ranks, every ``full_hs``
     syncs (the plan's: the rule's interval over HS's), hot 0 meaning TIERS_AUTO_HOT_HS."""
@@ -421,7 +422,7 @@ def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba", full_hs: 
     if cfg.sync_full:
         return cfg.sync_full, hot
     least = TIERS_AUTO_MIN_RANKS_HS if hs else TIERS_AUTO_MIN_RANKS
-    applies = world_size >= least and kernel == "numba" and cfg.tiers_can_apply()
+    applies = world_size >= least and cfg.tiers_can_apply()
     return ((full_hs if hs else TIERS_AUTO_FULL) if applies else 1), hot
 
 

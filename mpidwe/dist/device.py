@@ -11,7 +11,12 @@ checkpoints, evaluation and export read them. What crosses between host and devi
   touched go down (gathered on the device), the replicated store's
   :class:`~mpidwe.dist.replicated.Synchronizer` combines the ranks on the host by its one
   rule, and the rows any rank touched go back up. ``dense``/``average`` move the whole
-  matrices, as their all-reduce does anyway.
+  matrices, as their all-reduce does anyway. In tiers (``--sync-full``, by default from 8
+  ranks) a sync combines the rows of its spans (:class:`~mpidwe.dist.replicated.Tiers`):
+  those rows go down (one contiguous copy per matrix: the hot rows at most syncs), the
+  host combines them as the replicated store does (encoded rows, error feedback), the
+  rows any rank touched go back up, and the rows outside keep their touched flags on the
+  device until a sync that combines them.
 * several ranks, ``--exchange torch``: nothing. :class:`DeviceExchange` keeps the base copy
   on the device, sends the touched rows (or the whole matrices) device to device over a
   torch.distributed group (dist/torchdist.py: NCCL on CUDA, gloo on CPU) and applies the same
@@ -33,7 +38,8 @@ import torch
 from ..kernels import torch_hs, torch_kernel
 from ..kernels.args import KernelArgs
 from .comm import Comm
-from .replicated import Synchronizer, fresh_params, read_params, save_on_root, write_on_root
+from ..core.config import feedback_of, wire_of
+from .replicated import Synchronizer, Tiers, fresh_params, read_params, rest_of, save_on_root, write_on_root
 from .rule import MODES, OVERSHOOT
 from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
 
@@ -143,19 +149,30 @@ class DeviceStore(Store):
         self.touched = tuple(torch.zeros(len(a), dtype=torch.uint8, device=self.device) for a in self.host_params)
         self.host_current = True          # the host arrays equal the device's
         self._tables = None               # (keep, table, DeviceTables): uploaded once
-        self.syncer = self.exchange = None
-        # --sync auto stays sparse here: the host staging copies down only the rows this rank
-        # touched, which a dense sync would not read (not measured on a GPU: docs/sync-modes.md)
-        mode = "sparse" if cfg.sync == "auto" else cfg.sync
+        self.syncer = self.exchange = self.tiers = None
+        self.pending = False      # in tiers: some rank may hold changes no sync has combined yet
+        self._rest = None         # per matrix, the rows [a, b) outside the last sync's span (None: all)
+        t = setup.tiers           # as the plan resolved them (config.tiers_of): --exchange mpi only
+        # --sync auto stays sparse outside tiers: the host staging copies down only the rows
+        # this rank touched, which a dense sync would not read (not measured on a GPU:
+        # docs/sync-modes.md); in tiers it chooses by bytes, as the replicated store does
+        mode = "sparse" if cfg.sync == "auto" and not t else cfg.sync
         if cfg.exchange == "torch" and comm.size > 1:      # device to device: no host copy of the base
             from .torchdist import TorchGroup
 
             self.exchange = DeviceExchange(TorchGroup.over(comm, setup.device), self.params, mode, setup.scale)
             self.stats = self.exchange.stats
         else:
+            wire = wire_of(cfg, comm.size, True) if t else "fp32" if cfg.wire == "auto" else cfg.wire
             self.syncer = Synchronizer(comm, list(self.host_params), mode=mode, scale=setup.scale,
-                                       allreduce=cfg.allreduce, wire="fp32" if cfg.wire == "auto" else cfg.wire)
+                                       allreduce=cfg.allreduce, wire=wire, threads=setup.threads,
+                                       by_bytes=t is not None)
+            if t and feedback_of(cfg.wire_feedback, True, cfg.loss):
+                self.syncer.keep_residuals()
             self.stats = self.syncer.stats
+            if t:
+                self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, t["hot"], t["full"],
+                                   [False, cfg.loss == "hs"])
 
     def tables(self, keep: np.ndarray, table: np.ndarray) -> torch_kernel.DeviceTables:
         if self._tables is None or self._tables[0] is not keep or self._tables[1] is not table:
@@ -169,6 +186,7 @@ class DeviceStore(Store):
 
     def train(self, work: Work, ahead: Work | None, rng: np.ndarray, args: KernelArgs, on_piece=None) -> Trained:
         self.host_current = False
+        self._rest = None          # rows trained since the last sync may wait anywhere
         if args.hs is not None:      # hierarchical softmax has its own torch module
             kernel = torch_hs.train_block
         else:                        # --kernel triton: the same store, layout and tables, one fused launch per batch
@@ -190,27 +208,48 @@ class DeviceStore(Store):
 
     def sync(self, rnd: int) -> float:
         """The round's sync (a collective when there are several ranks); clears the touched
-        masks and returns the largest |value| of the rows that changed (inf for NaN)."""
+        flags of the rows it combines (in tiers: its spans) and returns the largest |value| of
+        the rows that changed (inf for NaN)."""
         if self.comm.size == 1:
             return self._probe()
         if self.exchange is not None:      # the parameters stay on the device; the host's are stale
             return self.exchange.sync(self.params, self.touched)
+        spans = None if self.tiers is None else self.tiers.spans(rnd + 1)
+        self.pending = spans is not None
+        self._rest = rest_of(spans, [len(p) for p in self.params])
+        return self._combine(spans)
+
+    def flush(self) -> None:
+        """In tiers: combine every change still waiting (the rows outside the last sync's
+        spans), so that every rank holds the same rows (before an evaluation, a checkpoint or
+        the export)."""
+        if self.pending:
+            self._combine(self._rest)
+            self.pending = False
+
+    def _combine(self, spans: list[tuple[int, int]] | None) -> float:
+        """The host's sync of the rows [a, b) of ``spans`` (None: every row): they come down
+        from the device (only the rows this rank touched, for a sparse sync of every row),
+        the Synchronizer combines them, and the rows any rank touched go back up; the
+        touched flags of those rows are cleared, the others kept."""
         syncer = self.syncer
         masks = [t.cpu().numpy() for t in self.touched]
-        sparse = syncer.mode == "sparse"
-        for dev, host, mask in zip(self.params, self.host_params, masks):
-            if sparse:     # only the rows this rank changed travel down
+        spans = [(0, len(p)) for p in self.host_params] if spans is None else spans
+        every = all(b - a == len(p) for p, (a, b) in zip(self.host_params, spans))
+        for dev, host, mask, (lo, hi) in zip(self.params, self.host_params, masks, spans):
+            if syncer.mode == "sparse" and every:     # only the rows this rank changed travel down
                 rows = np.flatnonzero(mask)
                 host[rows] = dev[torch.from_numpy(rows).to(self.device)].cpu().numpy()
             else:
-                host[:] = dev.cpu().numpy()
-        biggest = syncer.sync(list(self.host_params), masks)
+                host[lo:hi] = dev[lo:hi].cpu().numpy()
+        biggest = syncer.sync(list(self.host_params), masks, spans)
         for dev, host, rows in zip(self.params, self.host_params, syncer.changed_rows):
             index = torch.from_numpy(rows.astype(np.int64)).to(self.device)
             dev.index_copy_(0, index, torch.from_numpy(host[rows]).to(self.device))
-        for t in self.touched:
-            t.zero_()
-        self.host_current = True
+        for t, (lo, hi) in zip(self.touched, spans):
+            t[lo:hi].zero_()
+        # rows outside the spans may hold this rank's changes the host has not seen
+        self.host_current = every
         return biggest
 
     def _probe(self) -> float:
@@ -235,15 +274,20 @@ class DeviceStore(Store):
             self.exchange.group.close()
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
+        self.flush()
         self.host()
         if not self.comm.is_root:
             return None
         return self.host_params[0] if ids is None else self.host_params[0][ids]
 
     def save(self, directory: str, ck, keep: int) -> str | None:
+        self.flush()
+        if self.syncer is not None:
+            self.syncer.drop_feedback()      # a run resumed from this checkpoint starts without residuals
         self.host()
         return save_on_root(self.comm, directory, ck, keep)
 
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
+        self.flush()
         self.host()
         return write_on_root(self.comm, path, words, lambda: vectors_of(self.host_params[0]))

@@ -269,14 +269,13 @@ def resolve_kernel(cfg: TrainConfig, device: str) -> tuple[str, str]:
 
 def resolve_exchange(cfg: TrainConfig, kernel: str) -> None:
     """Refuse what the kernel ``--kernel auto`` chose cannot do (config.py checks only the
-    kernel a user names): the device store has no tiers and no overlapped exchange."""
+    kernel a user names): the device store has no overlapped exchange."""
     if cfg.exchange == "torch" and kernel not in ("torch", "triton"):
         raise ConfigError(f"--exchange torch moves the torch kernel's rows, but this run trains with {kernel} "
                           f"(--kernel auto on a CPU); give --kernel torch or leave out --exchange")
-    if kernel != "numba" and (cfg.sync_full > 1 or cfg.overlap):       # auto (0): no tiers there
-        flag = "--sync-full" if cfg.sync_full > 1 else "--overlap"
-        raise ConfigError(f"{flag} needs the numba kernel on the CPU, but --kernel {cfg.kernel} chose {kernel} "
-                          f"on this GPU node; give --kernel numba --device cpu or leave out {flag}")
+    if kernel != "numba" and cfg.overlap:
+        raise ConfigError(f"--overlap needs the numba kernel on the CPU, but --kernel {cfg.kernel} chose {kernel} "
+                          f"on this GPU node; give --kernel numba --device cpu or leave out --overlap")
 
 
 @dataclass(frozen=True)
@@ -331,9 +330,9 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
     every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
-    full, hot = tiers_of(cfg, comm.size, kernel, full_hs)
+    full, hot = tiers_of(cfg, comm.size, full_hs)
     # as run: every F-th sync combines every row, the others the H most frequent and more
-    # (None: every sync, every row; the replicated store's numba kernel only)
+    # (None: every sync, every row; the replicated store with --exchange mpi only)
     tiers = dict(full=full, hot=hot, wire=wire_of(cfg, comm.size, True)) if full > 1 and comm.size > 1 else None
     if tiers and cfg.loss == "hs" and not cfg.sync_full:      # --loss hs, tiers by default: HS's interval
         sync_every = every_hs

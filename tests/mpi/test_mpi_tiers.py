@@ -263,3 +263,58 @@ def test_the_defaults_combine_in_tiers_as_int4_from_the_rank_count_that_turns_th
     if comm.is_root:
         sent = lambda res: sum(res.metrics[-1]["sync_bytes"]) / sum(res.metrics[-1]["words_rank"])  # noqa: E731
         assert sent(auto) == sent(given_run) < 0.5 * sent(off), (sent(auto), sent(off))
+
+
+@pytest.mark.parallel([2, 3])
+@pytest.mark.parametrize("mode,wire_name", [("auto", "int4"), ("sparse", "fp32"), ("dense", "int8")])
+def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, wire_name):
+    """The torch kernel's store (parameters on the device; CPU torch here) in tiers: each
+    sync brings its spans' rows down, combines them on the host and sends the touched ones
+    back, so the device holds what a Synchronizer on host arrays computes from the same
+    changes and spans, bit for bit, sync after sync; rows outside a span keep their change
+    and their touched flag on the device until a sync (here the flush) combines them."""
+    pytest.importorskip("torch")
+    import torch
+
+    from mpidwe.core.config import TrainConfig
+    from mpidwe.dist.device import DeviceStore
+    from mpidwe.dist.replicated import Tiers
+    from mpidwe.dist.store import StoreSetup
+
+    comm = Comm.world()
+    cfg = TrainConfig(corpus="c.h5", out="o", kernel="torch", device="cpu", sync=mode, wire=wire_name,
+                      sync_full=4, sync_hot=10)
+    tiers = dict(full=4, hot=10, wire=wire_name)
+    start = [np.random.default_rng(k).standard_normal((V, D)).astype(np.float32) for k in (0, 1)]
+    store = DeviceStore(comm, start[0].copy(), start[1].copy(), StoreSetup(cfg, 2, "cpu", V, 1, tiers))
+    ref = [s.copy() for s in start]
+    sync = Synchronizer(comm, ref, mode=mode, scale=2, wire=wire_name, by_bytes=True)
+    if wire_name in ("int8", "int4"):
+        sync.keep_residuals()
+    assert store.syncer.feedback == sync.feedback
+    schedule = Tiers([V, V], V, 10, 4, [False, False])
+    ref_masks = [np.zeros(V, np.uint8) for _ in ref]
+    for rnd in range(3):              # syncs 1, 2, 3: 10 rows, 24 rows, 10 rows
+        for k, (dev, mask, host, ref_mask) in enumerate(zip(store.params, store.touched, ref, ref_masks)):
+            delta, touched = local_change(comm.rank + 10 * rnd + 100 * k)
+            dev += torch.from_numpy(delta)
+            mask |= torch.from_numpy(touched)
+            host += delta
+            ref_mask |= touched
+        spans = schedule.spans(rnd + 1)
+        store.sync(rnd)
+        sync.sync(ref, ref_masks, spans)
+        for dev, mask, host, ref_mask, (lo, hi) in zip(store.params, store.touched, ref, ref_masks, spans):
+            np.testing.assert_array_equal(dev.numpy(), host)
+            np.testing.assert_array_equal(mask.numpy(), ref_mask)
+            assert not ref_mask[lo:hi].any() and ref_mask[hi:].any()       # the rest waits, flagged
+        assert store.pending
+    store.flush()
+    sync.sync(ref, ref_masks, rest_of(schedule.spans(3), [V, V]))
+    store.host()
+    for dev, host_param, host, mask in zip(store.params, store.host_params, ref, store.touched):
+        np.testing.assert_array_equal(dev.numpy(), host)
+        np.testing.assert_array_equal(host_param, host)
+        assert not mask.numpy().any()
+    assert len(set(comm.allgather(b"".join(h.tobytes() for h in store.host_params)))) == 1
+    assert store.stats.syncs == 4 and store.stats.bytes_sent > 0
