@@ -23,7 +23,9 @@ divided among them at the threads' efficiency. Per word of one node, with no ove
 
     compute 1 / (T e r) + array a / (A e r) + network b / B + latency s x 2 (P - 1) alpha
 
-(B: bandwidth per node; alpha = 20 us per latency step, as benchmarks/scaling.py). The
+(B: bandwidth per node; alpha = 20 us per latency step, as benchmarks/scaling.py, or
+``--alpha-us``: an assumption, the largest term at 32 nodes, so the script can show how the
+prediction moves with it; ``--breakdown`` prints each term in ns per word). The
 steps are the run's own ``sync_steps`` where its metrics have them: the message rounds of
 every collective its syncs made, each counted by its usual algorithm (``Comm``'s
 accounting: P - 1 for an all-to-all and for a ring, ceil(log2 P) for recursive doubling;
@@ -76,12 +78,20 @@ def costs(run: str) -> dict:
             "eval": rec.get("eval", {}), "flags": flags(run)}
 
 
-def efficiency(c: dict, r: float, threads: int, e: float, gbits: float, array_threads: int) -> float:
-    compute = 1 / (threads * e * r)
+def terms(c: dict, r: float, threads: int, e: float, gbits: float, array_threads: int,
+          alpha: float = ALPHA) -> dict:
+    """Seconds per word of one node: compute, the sync's array work, the network's bytes and
+    its latency (the model above)."""
     array = c["a"] / r if array_threads == 1 else c["a"] / (min(array_threads, threads) * e * r)
     steps = c["steps"] if c["steps"] is not None else c["s"] * 2 * (c["P"] - 1)      # per word
-    rest = array + c["b"] / (gbits * 1e9 / 8) + steps * ALPHA
-    return compute / (compute + rest)
+    return {"compute": 1 / (threads * e * r), "array": array, "network": c["b"] / (gbits * 1e9 / 8),
+            "latency": steps * alpha}
+
+
+def efficiency(c: dict, r: float, threads: int, e: float, gbits: float, array_threads: int,
+               alpha: float = ALPHA) -> float:
+    t = terms(c, r, threads, e, gbits, array_threads, alpha)
+    return t["compute"] / sum(t.values())
 
 
 def main() -> int:
@@ -94,7 +104,12 @@ def main() -> int:
     ap.add_argument("--node-rate", type=float, default=None,
                     help="a node's measured words/s at the one --threads T (sets the threads' efficiency)")
     ap.add_argument("--array-threads", type=int, default=1, help="threads of the sync's array work (1: today)")
+    ap.add_argument("--alpha-us", type=float, default=ALPHA * 1e6,
+                    help="the network's latency per step in microseconds (assumed; default 20)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print each run's terms in ns per word (first --threads and --gbits)")
     a = ap.parse_args()
+    alpha = a.alpha_us * 1e-6
     if a.node_rate is not None and len(a.threads) != 1:
         ap.error("--node-rate is a node's rate at one thread count: give one --threads")
     rec1 = last(a.one)
@@ -105,16 +120,22 @@ def main() -> int:
     else:
         how = f"assumed {a.thread_efficiency}"
     print(f"measured: 1 rank x 1 thread computes {r:,.0f} words/s ({a.one}); threads' efficiency "
-          f"{how}; the sync's array work on {a.array_threads} thread(s)")
+          f"{how}; the sync's array work on {a.array_threads} thread(s); assumed: {a.alpha_us:g} us per "
+          f"latency step")
     head = " | ".join(f"T={t} {g:g} Gb/s" for t in a.threads for g in a.gbits)
     print(f"| P | scheme | quality | bytes/word | syncs per 1M words | latency steps per sync | array/compute | {head} |")
     print("|" + " --- |" * (7 + len(a.threads) * len(a.gbits)))
     for run in a.runs:
         c = costs(run)
         q = " / ".join(f"{v:.3f}" if "sim" in k else f"{100 * v:.2f}%" for k, v in sorted(c["eval"].items(), reverse=True))
-        effs = " | ".join(f"{100 * efficiency(c, r, t, a.thread_efficiency, g, a.array_threads):.0f}%" for t in a.threads for g in a.gbits)
+        effs = " | ".join(f"{100 * efficiency(c, r, t, a.thread_efficiency, g, a.array_threads, alpha):.0f}%"
+                          for t in a.threads for g in a.gbits)
         per_sync = (f"{c['steps'] / c['s']:.0f}" if c["steps"] is not None else f"{2 * (c['P'] - 1)} (assumed)")
         print(f"| {c['P']} | {c['flags']} | {q} | {c['b']:,.1f} | {1e6 * c['s']:.1f} | {per_sync} | {c['a']:.3f} | {effs} |")
+        if a.breakdown:
+            t = terms(c, r, a.threads[0], a.thread_efficiency, a.gbits[0], a.array_threads, alpha)
+            print(f"  P={c['P']}, T={a.threads[0]}, {a.gbits[0]:g} Gb/s, ns per word: "
+                  + ", ".join(f"{k} {v * 1e9:.0f}" for k, v in t.items()))
     return 0
 
 
