@@ -125,7 +125,9 @@ def test_tiers_are_automatic_from_8_ranks_where_they_apply_with_64_hot_rows_a_ra
         if "store" not in off:                                           # (sharded: negative sampling only)
             assert tiers_of(cfg(loss="hs", **off), 16, full_hs=64)[0] == 1, off
     for on in (dict(kernel="torch"), dict(device="cuda")):             # the device store's host exchange
-        assert tiers_of(cfg(**on), 16) == (TIERS_AUTO_FULL, 1024), on
+        assert tiers_of(cfg(**on), 16, kernel="torch") == (TIERS_AUTO_FULL, 1024), on
+        assert tiers_of(cfg(loss="hs", **on), 16, kernel="torch", full_hs=64)[0] == 1, on    # HS: numba only
+    assert tiers_of(cfg(loss="hs", sync_full=64), 16, kernel="torch")[0] == 64                 # unless given
 
 
 def test_hs_combines_in_tiers_from_4_ranks_at_its_own_interval():

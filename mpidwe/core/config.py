@@ -205,7 +205,7 @@ class TrainConfig:
     sync_full: int = opt(0, "every this many syncs all rows are combined; between, a sync combines the "
                          "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
                          "tiers); a power of 2; 1: every sync combines every row; 0: auto, 256 from 8 ranks on "
-                         "(--loss hs: from 4 ranks, about the rule's interval over HS's hot one) on the "
+                         "(--loss hs: from 4 ranks on the numba kernel, about the rule's interval over HS's hot one) on the "
                          "replicated store with --exchange mpi, not --sync average; 1 elsewhere")
     balance: str = opt("off", "off: each rank trains its own shard, the same words per round (bit-reproducible); "
                        "speed: each round's words are divided among the ranks by the speed each measured "
@@ -409,20 +409,23 @@ TIERS_AUTO_MIN_RANKS_HS = 4
 TIERS_AUTO_HOT_HS = 64
 
 
-def tiers_of(cfg: TrainConfig, world_size: int, full_hs: int = TIERS_AUTO_FULL) -> tuple[int, int]:
+def tiers_of(cfg: TrainConfig, world_size: int, kernel: str = "numba", full_hs: int = TIERS_AUTO_FULL
+             ) -> tuple[int, int]:
     """(every how many syncs all rows are combined, hot rows per matrix) on ``world_size``
     ranks: --sync-full and --sync-hot, or for 0 (auto) tiers where they apply (the replicated
     store with --exchange mpi, whatever the kernel; not --sync average) and every row at
     every sync (1) elsewhere:
     negative sampling from TIERS_AUTO_MIN_RANKS ranks, every TIERS_AUTO_FULL syncs, hot 0
     meaning 64 x ranks; --loss hs from TIERS_AUTO_MIN_RANKS_HS ranks, every ``full_hs``
-    syncs (the plan's: the rule's interval over HS's), hot 0 meaning TIERS_AUTO_HOT_HS."""
+    syncs (the plan's: the rule's interval over HS's), hot 0 meaning TIERS_AUTO_HOT_HS, with
+    the numba ``kernel`` only (HS's tiers sync every few hundred words: measured on the CPU,
+    not through the device store's host staging, which pays a copy each way per sync)."""
     hs = cfg.loss == "hs"
     hot = cfg.sync_hot or (TIERS_AUTO_HOT_HS if hs else TIERS_AUTO_HOT_PER_RANK * max(world_size, 1))
     if cfg.sync_full:
         return cfg.sync_full, hot
     least = TIERS_AUTO_MIN_RANKS_HS if hs else TIERS_AUTO_MIN_RANKS
-    applies = world_size >= least and cfg.tiers_can_apply()
+    applies = world_size >= least and cfg.tiers_can_apply() and (kernel == "numba" or not hs)
     return ((full_hs if hs else TIERS_AUTO_FULL) if applies else 1), hot
 
 

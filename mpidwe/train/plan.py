@@ -330,7 +330,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
     every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
-    full, hot = tiers_of(cfg, comm.size, full_hs)
+    full, hot = tiers_of(cfg, comm.size, kernel, full_hs)
     # as run: every F-th sync combines every row, the others the H most frequent and more
     # (None: every sync, every row; the replicated store with --exchange mpi only)
     tiers = dict(full=full, hot=hot, wire=wire_of(cfg, comm.size, True)) if full > 1 and comm.size > 1 else None
