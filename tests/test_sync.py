@@ -21,15 +21,21 @@ def test_lr_scale_is_linear_up_to_the_stable_cap():
         lr_scale("average", 8, 0.025, 0.1)
 
 
-def test_long_runs_on_5_to_15_ranks_train_at_a_lower_rate():
+def test_long_runs_on_5_ranks_and_more_train_at_a_lower_rate():
     """From LONG_RUN_WORDS words per rank on, s is at most max(4, ceil(P / 2)): 8 ranks over
     three enwiki epochs keep one rank's analogy at 4 x --lr and lose 2.4-3 points at 8 x
-    (docs/sync-modes.md); shorter runs keep min(P, cap); average, HS's cap and 1-4 ranks
-    are unchanged."""
+    (docs/sync-modes.md); and no rank trains above LONG_RUN_MAX_LOCAL_LR (16 ranks at 8 x
+    diverged over four epochs, at 6 x they did not): 6 x from 13 ranks on at the default
+    --lr; shorter runs keep min(P, cap); average, HS's cap and 1-4 ranks are unchanged."""
+    from mpidwe.dist.rule import LONG_RUN_MAX_LOCAL_LR
+
     long = LONG_RUN_WORDS
-    assert [lr_scale("sparse", p, 0.025, 0.2, long) for p in (1, 2, 4, 5, 6, 8, 9, 12, 15, 16, 32)] == [
-        1, 2, 4, 4, 4, 4, 5, 6, 8, 8, 8]
+    assert LONG_RUN_MAX_LOCAL_LR == 0.15
+    assert [lr_scale("sparse", p, 0.025, 0.2, long) for p in (1, 2, 4, 5, 6, 8, 9, 12, 13, 15, 16, 32)] == [
+        1, 2, 4, 4, 4, 4, 5, 6, 6, 6, 6, 6]
     assert [lr_scale("auto", p, 0.025, 0.2, long - 1) for p in (4, 6, 8, 16)] == [4, 6, 8, 8]
+    assert lr_scale("auto", 16, 0.05, 0.2, long) == 3                             # 0.15 / 0.05
+    assert lr_scale("auto", 16, 0.2, 0.2, long) == 1                              # --lr above it: no scaling
     assert lr_scale("auto", 8, 0.025, 0.05, 10 * long) == 2                       # --loss hs: its own cap
     assert lr_scale("average", 8, 0.025, 0.2, 10 * long) == 8
 

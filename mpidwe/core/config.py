@@ -184,7 +184,7 @@ class TrainConfig:
                               "rounds use --sync-every; 0: off (docs/sync-modes.md, \"An interval in seconds\")")
     max_local_lr: float = opt(0.0, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable; in runs of at least "
-                              "1,000,000 words per rank also at most max(4, ceil(P / 2))), and each synced "
+                              "1,000,000 words per rank also at most max(4, ceil(P / 2)) and 0.15 / --lr), and each synced "
                               "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/sync-modes.md)")

@@ -14,7 +14,7 @@ one rule, the *scaled mean*:
 
 - every rank trains at ``s x lr`` with ``s = min(P, max_local_lr / lr)`` (linear scaling,
   capped where local SGNS stays stable), and in runs of at least LONG_RUN_WORDS words per
-  rank at most ``max(4, ceil(P / 2))`` (:func:`lr_scale`);
+  rank at most ``max(4, ceil(P / 2))`` and at most LONG_RUN_MAX_LOCAL_LR / lr (:func:`lr_scale`);
 - a row touched by ``n`` ranks moves by ``sum_r delta_r / max(s, n / 2)``.
 
 A row only one rank touched therefore moves by exactly one ``lr``-sized step per example,
@@ -52,13 +52,19 @@ MODES = ("auto", "dense", "sparse", "average")
 # rank and fewer (the demo corpora) learn their planted analogies better at 8 x
 # (docs/sync-modes.md, "The local rate over several epochs").
 LONG_RUN_WORDS = 1_000_000
+# ... and in such runs no rank trains above this local rate (s x --lr): at 16 ranks 8 x
+# --lr (0.2) diverged in the second epoch of a 4-epoch enwiki run on both seeds tried (the
+# loss rising from the end of the first), where 6 x (0.15) trained on; one rank at 0.2
+# diverged in its first round (docs/sync-modes.md, "The local rate over several epochs").
+LONG_RUN_MAX_LOCAL_LR = 0.15
 
 
 def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_per_rank: float = 0.0) -> int:
     """The factor ``s`` every rank multiplies the learning rate by: ``min(P, max_local_lr /
     lr)``, and in a run of at least LONG_RUN_WORDS words per rank at most ``max(4, ceil(P /
     2))`` (so from 5 to 15 ranks it trains at a lower rate, and a row every rank touched still
-    moves one process's step: divided by max(s, P / 2)). ``average`` divides every row by P,
+    moves one process's step: divided by max(s, P / 2)) and at most LONG_RUN_MAX_LOCAL_LR /
+    lr (6 at the default --lr, from 13 ranks on; at least 1). ``average`` divides every row by P,
     so it needs ``s = P`` and is refused where that would train above ``max_local_lr``
     (local SGNS diverges there: docs/sync-modes.md)."""
     if mode not in MODES:
@@ -76,7 +82,8 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_p
                 f"or run at most {cap} ranks")
         return world_size
     if words_per_rank >= LONG_RUN_WORDS:
-        cap = min(cap, max(4, math.ceil(world_size / OVERSHOOT)))
+        cap = min(cap, max(4, math.ceil(world_size / OVERSHOOT)),
+                  max(1, int(math.floor(LONG_RUN_MAX_LOCAL_LR / lr * (1 + 1e-9)))))
     return min(world_size, cap)
 
 
