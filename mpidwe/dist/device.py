@@ -38,8 +38,9 @@ import torch
 from ..kernels import torch_hs, torch_kernel
 from ..kernels.args import KernelArgs
 from .comm import Comm
-from ..core.config import feedback_of, wire_of
-from .replicated import Synchronizer, Tiers, fresh_params, read_params, rest_of, save_on_root, write_on_root
+from ..core.config import wire_of
+from .replicated import (Tiers, fresh_params, planned_synchronizer, read_params, rest_of, save_on_root,
+                         write_on_root)
 from .rule import MODES, OVERSHOOT
 from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
 
@@ -164,15 +165,9 @@ class DeviceStore(Store):
             self.stats = self.exchange.stats
         else:
             wire = wire_of(cfg, comm.size, True) if t else "fp32" if cfg.wire == "auto" else cfg.wire
-            self.syncer = Synchronizer(comm, list(self.host_params), mode=mode, scale=setup.scale,
-                                       allreduce=cfg.allreduce, wire=wire, threads=setup.threads,
-                                       by_bytes=t is not None)
-            if t and feedback_of(cfg.wire_feedback, True, cfg.loss):
-                self.syncer.keep_residuals()
+            self.syncer = planned_synchronizer(comm, list(self.host_params), setup, mode, wire)
             self.stats = self.syncer.stats
-            if t:
-                self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, t["hot"], t["full"],
-                                   [False, cfg.loss == "hs"])
+            self.tiers = Tiers.planned(setup, [len(w_in), len(w_out)])
 
     def tables(self, keep: np.ndarray, table: np.ndarray) -> torch_kernel.DeviceTables:
         if self._tables is None or self._tables[0] is not keep or self._tables[1] is not table:

@@ -295,6 +295,14 @@ class Tiers:
         self.rows, self.words, self.hot, self.full, self.hot_last = rows, words, hot, full, hot_last
         self.levels = max(0, full.bit_length() - 1)
 
+    @classmethod
+    def planned(cls, setup: StoreSetup, rows: list[int]) -> "Tiers | None":
+        """The tiers the plan resolved (``setup.tiers``; None: every row at every sync) for
+        the input and output matrices of ``rows`` rows (--loss hs: the output's hot rows
+        are its last, the tree's top)."""
+        t = setup.tiers
+        return cls(rows, setup.vocab_size, t["hot"], t["full"], [False, setup.cfg.loss == "hs"]) if t else None
+
     def covered(self, sync: int) -> int:
         """How many of the most frequent rows sync ``sync`` (from 1) combines."""
         if self.full <= 1 or sync % self.full == 0:
@@ -309,6 +317,16 @@ class Tiers:
             return None
         n = self.covered(sync)
         return [(rows - n, rows) if last else (0, n) for rows, last in zip(self.rows, self.hot_last)]
+
+
+def planned_synchronizer(comm: Comm, params: list[np.ndarray], setup: StoreSetup, mode: str, wire: str
+                         ) -> Synchronizer:
+    """A store's host Synchronizer as the plan set it up: ``auto`` weighing bytes in tiers,
+    the array work on the rank's threads, error feedback where --wire-feedback says."""
+    cfg, tiered = setup.cfg, setup.tiers is not None
+    syncer = Synchronizer(comm, params, mode=mode, scale=setup.scale, allreduce=cfg.allreduce, wire=wire,
+                          threads=setup.threads, by_bytes=tiered)
+    return syncer.keep_residuals() if feedback_of(cfg.wire_feedback, tiered, cfg.loss) else syncer
 
 
 class Exchange:
@@ -376,16 +394,11 @@ class ReplicatedStore(Store):
         self.touched = (np.zeros(len(w_in), dtype=np.uint8), np.zeros(len(w_out), dtype=np.uint8))
         # --overlap: every exchange on a second communicator, from a second thread
         self.exchange = Exchange(comm) if cfg.overlap and comm.size > 1 else None
-        self.syncer = Synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
-                                   mode=cfg.sync, scale=setup.scale, allreduce=cfg.allreduce,
-                                   wire=wire_of(cfg, comm.size, setup.tiers is not None), threads=setup.threads,
-                                   by_bytes=setup.tiers is not None)
-        if feedback_of(cfg.wire_feedback, setup.tiers is not None, cfg.loss):
-            self.syncer.keep_residuals()
+        self.syncer = planned_synchronizer(comm if self.exchange is None else self.exchange.comm, [w_in, w_out],
+                                           setup, cfg.sync, wire_of(cfg, comm.size, setup.tiers is not None))
         self.stats = self.syncer.stats
-        t = setup.tiers           # as the plan resolved them (config.tiers_of), None on one rank
-        self.tiers = Tiers([len(w_in), len(w_out)], setup.vocab_size, t["hot"], t["full"],
-                           [False, cfg.loss == "hs"]) if t else None
+        # as the plan resolved them (config.tiers_of), None on one rank
+        self.tiers = Tiers.planned(setup, [len(w_in), len(w_out)])
         self.pending = False      # some rank may hold changes no sync has combined yet
         self._rest = None         # per matrix, the rows [a, b) outside the last blocking sync's span (None: all)
         self._kernel = cpu.train_block

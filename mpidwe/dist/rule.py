@@ -71,7 +71,11 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_p
         raise ConfigError(f"unknown sync mode {mode!r}")
     if world_size == 1:
         return 1
-    cap = max(1, int(math.floor(max_local_lr / lr * (1 + 1e-9))))
+
+    def within(rate: float) -> int:          # the largest s with s x lr <= rate, at least 1
+        return max(1, int(math.floor(rate / lr * (1 + 1e-9))))
+
+    cap = within(max_local_lr)
     if mode == "average":
         if world_size > cap:
             raise ConfigError(
@@ -82,8 +86,7 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_p
                 f"or run at most {cap} ranks")
         return world_size
     if words_per_rank >= LONG_RUN_WORDS:
-        cap = min(cap, max(4, math.ceil(world_size / OVERSHOOT)),
-                  max(1, int(math.floor(LONG_RUN_MAX_LOCAL_LR / lr * (1 + 1e-9)))))
+        cap = min(cap, max(4, math.ceil(world_size / OVERSHOOT)), within(LONG_RUN_MAX_LOCAL_LR))
     return min(world_size, cap)
 
 
