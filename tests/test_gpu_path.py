@@ -230,7 +230,8 @@ def test_torch_path_matches_numba_on_the_full_demo(tmp_path_factory, tmp_path):
 
 
 def test_adaptive_batch_follows_the_words_per_rank():
-    """Issue 26: 0 (the default) picks the batch from the run's raw words per rank."""
+    """Issue 26: 0 (the default) picks the batch from the run's raw words per rank, and from
+    the local rate (a GPU, 2026-11-27: docs/sync-modes.md)."""
     from mpidwe.kernels.batch import adaptive_batch_size
     assert TrainConfig.batch_size == 0
     assert adaptive_batch_size(2_000_000) == 4096        # the 1M-token demo, 2 epochs
@@ -238,8 +239,14 @@ def test_adaptive_batch_follows_the_words_per_rank():
     assert adaptive_batch_size(12_000_000, 2) == 8192    # text8-prefix at 2 ranks
     assert adaptive_batch_size(4_000_000, 2) == 4096
     assert adaptive_batch_size(100_000) == 1024          # never below MIN_BATCH_SIZE
+    # ... and at most 8,192 x 0.025 / the local rate: several ranks train at s x --lr
+    assert adaptive_batch_size(16e6, 1, 0.025) == 8192 and adaptive_batch_size(16e6, 2, 0.05) == 4096
+    assert adaptive_batch_size(16e6, 8, 0.1) == 2048 and adaptive_batch_size(16e6, 16, 0.2) == 1024
+    assert adaptive_batch_size(48e6, 16, 0.15) == 1024 and adaptive_batch_size(1e5, 1, 0.2) == 1024
+    assert adaptive_batch_size(16e6, 1, 10.0) == 128      # the rate bound's floor
     args = KernelArgs(keep_prob=np.ones(3), neg_table=np.zeros((3, 2)), words_total=2e6, batch_size=0)
     assert torch_kernel.batch_size_of(args) == 4096
+    assert torch_kernel.batch_size_of(KernelArgs(**{**args.__dict__, "lr0": 0.1})) == 2048
     assert torch_kernel.batch_size_of(KernelArgs(**{**args.__dict__, "batch_size": 300})) == 300
 
 

@@ -91,11 +91,93 @@ def test_fused_step_matches_the_reference_window_by_window(batch_size):
         outs = [int(t) for t, w in zip(targets[c], target_ok[c]) if w]
         ref_loss += reference.skipgram_window_shared(ref_in, ref_out, ctx, outs, float(lr[c]))
     t_in, t_out = torch.from_numpy(w_in.copy()).to(DEVICE), torch.from_numpy(w_out.copy()).to(DEVICE)
-    losses = triton_kernel.step_batches(t_in, t_out, layout, batch_size)
+    losses = triton_kernel.step_batches(t_in, t_out, layout, batch_size, capped=False)
     np.testing.assert_allclose(t_in.cpu().numpy(), ref_in, atol=2e-6)
     np.testing.assert_allclose(t_out.cpu().numpy(), ref_out, atol=2e-6)
     assert float(losses.sum()) == pytest.approx(ref_loss, rel=1e-4)
     assert not np.allclose(ref_in, w_in)                          # it did train
+
+
+def test_duplicate_loads_count_the_slots_of_a_launch_that_update_one_row():
+    """The cap's load per slot of weight 1: n x the centre's rate x sigma'(0) / STABILITY, n
+    the slots of the same launch (``batch_size`` centres) with weight 1 that update the same
+    row of the same matrix (contexts: w_in; outputs: w_out)."""
+    tokens, starts, counts = corpus(n_sentences=6)
+    layout = layout_of(tokens, starts, 3, args_for(counts, len(tokens)))
+    loads = triton_kernel.duplicate_loads(layout, 16, 30).cpu().numpy()
+    ids = np.concatenate((layout.contexts.cpu().numpy(), layout.targets.cpu().numpy() + 30), 1)
+    ok = np.concatenate((layout.ok.cpu().numpy(), layout.target_ok.cpu().numpy()), 1)
+    lr = layout.lr.cpu().numpy()
+    for c in range(len(lr)):
+        first = c // 16 * 16
+        here_ids, here_ok = ids[first:first + 16], ok[first:first + 16]
+        for j in np.flatnonzero(ok[c]):          # (a slot of weight 0 trains nothing: its load is unused)
+            n = int(((here_ids == ids[c, j]) & (here_ok > 0)).sum())
+            assert loads[c, j] == pytest.approx(n * lr[c] * 0.25 / torch_kernel.STABILITY), (c, j)
+    assert loads.max() * 2 > lr.max() * 4          # some row is updated several times in a launch
+
+
+def test_the_capped_launch_divides_each_windows_update_by_its_rows_load():
+    """Above UNCAPPED_MAX_RATE the kernel divides a window's update of a row by max(1, the
+    slot's load x the mean squared norm of the rows it pairs with, from the rows before the
+    window): under the interpreter, window by window, the reference's update so divided. Rows
+    of norm ~3.5 and a launch of 64 centres on 30 words make the cap bind."""
+    if DEVICE == "cuda":
+        pytest.skip("on a GPU the programs of one launch race: the window-by-window order holds only here")
+    tokens, starts, counts = corpus(n_sentences=8)
+    args = args_for(counts, len(tokens), batch_size=64)
+    layout = layout_of(tokens, starts, 7, args)
+    rng = np.random.default_rng(3)
+    w_in, w_out = (rng.standard_normal((30, 12)).astype(np.float32) for _ in range(2))
+    ref_in, ref_out = w_in.copy(), w_out.copy()
+    loads = triton_kernel.duplicate_loads(layout, 64, 30).cpu().numpy()
+    ok, contexts = layout.ok.cpu().numpy(), layout.contexts.cpu().numpy()
+    targets, target_ok, lr = (layout.targets.cpu().numpy(), layout.target_ok.cpu().numpy(),
+                              layout.lr.cpu().numpy())
+    m = contexts.shape[1]
+    bound = 0
+    for c in range(len(lr)):
+        slots = [j for j in range(m) if ok[c, j] > 0]
+        if not slots:
+            continue
+        outs = [k for k in range(targets.shape[1]) if target_ok[c, k] > 0]
+        h_square = sum(float(ref_in[contexts[c, j]] @ ref_in[contexts[c, j]]) for j in slots) / len(slots)
+        o_square = sum(float(ref_out[targets[c, k]] @ ref_out[targets[c, k]]) for k in outs) / max(len(outs), 1)
+        new_in, new_out = ref_in.copy(), ref_out.copy()
+        reference.skipgram_window_shared(new_in, new_out, [int(contexts[c, j]) for j in slots],
+                                         [int(targets[c, k]) for k in outs], float(lr[c]))
+        # a row twice in a window (a repeated context or negative) has one load: one cap
+        for ref, new, caps in ((ref_out, new_out, {int(targets[c, k]): loads[c, m + k] * h_square for k in outs}),
+                               (ref_in, new_in, {int(contexts[c, j]): loads[c, j] * o_square for j in slots})):
+            for row, load in caps.items():
+                bound += load > 1
+                ref[row] += (new[row] - ref[row]) / max(1.0, load)
+    assert bound > 100                                    # the cap binds for most updates
+    t_in, t_out = torch.from_numpy(w_in.copy()).to(DEVICE), torch.from_numpy(w_out.copy()).to(DEVICE)
+    triton_kernel.step_batches(t_in, t_out, layout, 64, capped=True)
+    np.testing.assert_allclose(t_in.cpu().numpy(), ref_in, atol=2e-5)
+    np.testing.assert_allclose(t_out.cpu().numpy(), ref_out, atol=2e-5)
+    uncapped = torch.from_numpy(w_in.copy()).to(DEVICE), torch.from_numpy(w_out.copy()).to(DEVICE)
+    triton_kernel.step_batches(*uncapped, layout, 64, capped=False)
+    moved = [np.abs(new.cpu().numpy() - old).sum() for new, old in ((t_out, w_out), (uncapped[1], w_out))]
+    assert moved[1] > 1.5 * moved[0], moved
+
+
+def test_train_block_caps_only_above_the_uncapped_rate(monkeypatch):
+    """One rank's default rate (0.025) and 2 ranks' (0.05) run uncapped, as measured on a
+    GPU; the rule's 4 x and 8 x (0.1, 0.2) run capped."""
+    tokens, starts, counts = corpus(n_sentences=4)
+    seen = []
+    real = triton_kernel.step_batches
+    monkeypatch.setattr(triton_kernel, "step_batches",
+                        lambda *a, capped: seen.append(capped) or real(*a, capped=capped))
+    for rate in (0.025, 0.05, 0.1, 0.2):
+        args = KernelArgs(**{**args_for(counts, len(tokens)).__dict__, "lr0": rate})
+        w = [torch.zeros(30, 8, device=DEVICE) + 0.01 for _ in range(2)]
+        touched = [torch.zeros(30, dtype=torch.uint8, device=DEVICE) for _ in range(2)]
+        triton_kernel.train_block(*w, tokens, starts, np.array([1], dtype=np.uint64), *touched, args)
+    assert seen == [False, False, True, True]
+    assert triton_kernel.UNCAPPED_MAX_RATE == 0.05
 
 
 def test_train_block_learns_and_marks_rows_and_resumes_its_stream():

@@ -153,6 +153,9 @@ class DeviceStore(Store):
         self.syncer = self.exchange = self.tiers = None
         self.pending = False      # in tiers: some rank may hold changes no sync has combined yet
         self._rest = None         # per matrix, the rows [a, b) outside the last sync's span (None: all)
+        # the host syncs' copies between device and host: bytes each way and their seconds
+        # (the upload waits for the device, so the seconds are the copies', not the launches')
+        self.copied = {"device_down_bytes": 0, "device_up_bytes": 0, "device_copy_seconds": 0.0}
         t = setup.tiers           # as the plan resolved them (config.tiers_of): --exchange mpi only
         # --sync auto stays sparse outside tiers: the host staging copies down only the rows
         # this rank touched, which a dense sync would not read (not measured on a GPU:
@@ -227,22 +230,33 @@ class DeviceStore(Store):
         from the device (only the rows this rank touched, for a sparse sync of every row),
         the Synchronizer combines them, and the rows any rank touched go back up; the
         touched flags of those rows are cleared, the others kept."""
-        syncer = self.syncer
+        syncer, copied, t = self.syncer, self.copied, time.perf_counter()
         masks = [t.cpu().numpy() for t in self.touched]
+        down = sum(m.nbytes for m in masks)
         spans = [(0, len(p)) for p in self.host_params] if spans is None else spans
         every = all(b - a == len(p) for p, (a, b) in zip(self.host_params, spans))
         for dev, host, mask, (lo, hi) in zip(self.params, self.host_params, masks, spans):
             if syncer.mode == "sparse" and every:     # only the rows this rank changed travel down
                 rows = np.flatnonzero(mask)
                 host[rows] = dev[torch.from_numpy(rows).to(self.device)].cpu().numpy()
+                down += rows.nbytes + host[rows].nbytes
             else:
                 host[lo:hi] = dev[lo:hi].cpu().numpy()
+                down += host[lo:hi].nbytes
+        copied["device_copy_seconds"] += time.perf_counter() - t
         biggest = syncer.sync(list(self.host_params), masks, spans)
+        t, up = time.perf_counter(), 0
         for dev, host, rows in zip(self.params, self.host_params, syncer.changed_rows):
             index = torch.from_numpy(rows.astype(np.int64)).to(self.device)
             dev.index_copy_(0, index, torch.from_numpy(host[rows]).to(self.device))
-        for t, (lo, hi) in zip(self.touched, spans):
-            t[lo:hi].zero_()
+            up += index.numel() * (8 + host.shape[1] * host.itemsize)
+        for t_, (lo, hi) in zip(self.touched, spans):
+            t_[lo:hi].zero_()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        copied["device_copy_seconds"] += time.perf_counter() - t
+        copied["device_down_bytes"] += down
+        copied["device_up_bytes"] += up
         # rows outside the spans may hold this rank's changes the host has not seen
         self.host_current = every
         return biggest
@@ -260,6 +274,15 @@ class DeviceStore(Store):
 
     def extra_comm_bytes(self) -> int:
         return 0 if self.exchange is None else self.exchange.group.stats.bytes_sent
+
+    def report(self) -> dict:
+        """Per rank, the host syncs' copies so far (none at one rank or with ``--exchange
+        torch``): bytes down (touched flags, rows and the row ids of a sparse download) and up
+        (rows and their int64 ids), and their seconds, the upload's wait for the device
+        included."""
+        if self.syncer is None:
+            return {}
+        return {**self.copied, "device_copy_seconds": round(self.copied["device_copy_seconds"], 4)}
 
     def settings(self) -> dict:
         return {} if self.exchange is None else {"exchange": f"torch.distributed ({self.exchange.group.backend})"}

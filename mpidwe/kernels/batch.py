@@ -15,6 +15,17 @@ MIN_BATCH_SIZE = 1024
 # of two <= BATCH_SIZE with at least this many raw words per rank and run behind each centre
 # slot of a batch (measured on the 1M-token demo at 2 epochs and text8, docs/benchmarks.md).
 WORDS_PER_BATCH_SLOT = 350
+# ... and at most this many centre words per unit of the local learning rate (s x --lr): the
+# windows of a batch read the rows as they were before it (the fused kernel adds its updates
+# atomically, Hogwild), so a row that n of its centres update moves about n steps at once, and
+# n grows with the batch. One rank of the fused kernel on enwiki at a rate of 0.1 and 8,192
+# centres reached NaN in its first round, as did 8 and 16 ranks at the rule's 4 x and 8 x
+# --lr (an H200, 2026-11-27; docs/sync-modes.md, "With the fused kernel"), where 0.025 (one
+# rank's default) trains: the batch shrinks as the rate grows, so that rate x batch stays at
+# one rank's default (8,192 centres at 0.025): 2,048 at 4 x, 1,024 at 8 x.
+RATE_BATCH = BATCH_SIZE * 0.025
+# The rate bound's floor (a --lr far above word2vec's still gets a batch, and a warning-free run).
+MIN_RATE_BATCH = 128
 
 
 def next_seed(seed: int) -> int:
@@ -25,19 +36,26 @@ def next_seed(seed: int) -> int:
     return z ^ (z >> 31)
 
 
-def adaptive_batch_size(words_total: float, words_scale: float = 1.0) -> int:
+def _power_of_two_below(x: float) -> int:
+    return 1 << (max(1, int(x)).bit_length() - 1)
+
+
+def adaptive_batch_size(words_total: float, words_scale: float = 1.0, rate: float = 0.025) -> int:
     """Centre words per batch for a run of ``words_total`` raw words over ``words_scale``
-    ranks: the largest power of two <= BATCH_SIZE (and >= MIN_BATCH_SIZE) that leaves
-    WORDS_PER_BATCH_SLOT raw words per rank and run per centre of a batch, so that a small
-    corpus still gets a few hundred sequential steps (numba's quality) and a large one the
-    fewest launches."""
+    ranks at the local learning rate ``rate``: the largest power of two <= BATCH_SIZE (and
+    >= MIN_BATCH_SIZE) that leaves WORDS_PER_BATCH_SLOT raw words per rank and run per centre
+    of a batch, so that a small corpus still gets a few hundred sequential steps (numba's
+    quality) and a large one the fewest launches; and at most RATE_BATCH / ``rate`` (at least
+    MIN_RATE_BATCH), so that a higher rate (several ranks' s x --lr) races no more than one
+    rank's default."""
     per_rank = float(words_total) / max(float(words_scale), 1.0)
-    fit = max(1, int(per_rank // WORDS_PER_BATCH_SLOT))
-    return int(min(BATCH_SIZE, max(MIN_BATCH_SIZE, 1 << (fit.bit_length() - 1))))
+    fit = min(BATCH_SIZE, max(MIN_BATCH_SIZE, _power_of_two_below(per_rank // WORDS_PER_BATCH_SLOT)))
+    by_rate = max(MIN_RATE_BATCH, _power_of_two_below(RATE_BATCH / max(float(rate), 1e-12) * (1 + 1e-9)))
+    return int(min(fit, by_rate))
 
 
 def batch_size_of(args) -> int:
     """``args.batch_size``, or the adaptive one where it is None or 0 (the default)."""
     if args.batch_size:
         return int(args.batch_size)
-    return adaptive_batch_size(args.words_total, args.words_scale)
+    return adaptive_batch_size(args.words_total, args.words_scale, args.lr0)

@@ -19,8 +19,13 @@ block) is skipped: no row is read or written for it. The output rows and the per
 gradients stay in registers between the two passes; each row is read once and written back
 once with an atomic add (Hogwild between the windows of a launch, as BlazingText; the
 interpreter runs the programs one after another, so there it is exactly the reference's
-sequential order). No duplicate-update divisor: rows move as in the numba kernel's Hogwild
-threads.
+sequential order). Above a local rate of UNCAPPED_MAX_RATE (several ranks train at s x
+--lr) the launch's duplicate updates are capped as the torch kernel caps a batch's: a row
+that ``n`` slots of the launch update (all from about one snapshot) has each update divided
+by ``max(1, n lr sigma'(0) mean|partner row|^2 / STABILITY)``, the partner norms those of
+the window's own rows (its contexts for an output row, its outputs for a context row); the
+counts ``n`` come from one sort per block. Without it the launches diverged from a rate of
+0.07 on (enwiki); at or below 0.05 the kernel runs uncapped, as numba's Hogwild threads.
 
 Memory traffic per kept centre with ``n`` contexts (docs/benchmarks.md): each context row
 read and atomically added once (``3 n D`` floats: read, then read-modify-write), each output
@@ -41,7 +46,7 @@ import torch
 
 from .common import MAX_EXP, SIGMOID_BIN_SCALE, SIGMOID_TABLE_SIZE, check_block, sigmoid_tables
 from .batch import batch_size_of
-from .torch_kernel import Layout, mark_touched, prepare_block
+from .torch_kernel import STABILITY, Layout, duplicate_counts, mark_touched, prepare_block
 
 try:
     import triton
@@ -60,11 +65,15 @@ if triton is not None:
     LIMIT_C = tl.constexpr(MAX_EXP)
 
     @triton.jit
-    def _window_step(w_in, w_out, ids, weights, tables, losses, first, dims: tl.constexpr):
+    def _window_step(w_in, w_out, ids, weights, loads, tables, losses, first, dims: tl.constexpr,
+                     capped: tl.constexpr):
         """One window per program: centre ``first + program_id``. ``ids``: [n, M + K1], a row's
         context ids then output ids; ``weights``: [n, M + K1 + 1], their 0/1 weights then the
-        centre's learning rate; ``tables``: [sigmoid | loss(label 0) | loss(label 1)];
-        ``losses``: [n] out. ``dims``: (D, M, K1, BD, BM, BK)."""
+        centre's learning rate; ``loads``: [n, M + K1], per slot the duplicate cap's load
+        before the partner norm (n lr sigma'(0) / STABILITY, n: the slots of the launch that
+        update the same row; read only when ``capped``: uncapped, the code is compiled out);
+        ``tables``: [sigmoid | loss(label 0) | loss(label 1)]; ``losses``: [n] out. ``dims``:
+        (D, M, K1, BD, BM, BK)."""
         D: tl.constexpr = dims[0]
         M: tl.constexpr = dims[1]
         K1: tl.constexpr = dims[2]
@@ -76,6 +85,7 @@ if triton is not None:
         targets = contexts + M
         slot_ok = weights + c * (M + K1 + 1)
         target_ok = slot_ok + M
+        slot_load = loads + c * (M + K1)
         d = tl.arange(0, BD)
         k = tl.arange(0, BK)
         m = tl.arange(0, BM)
@@ -91,10 +101,13 @@ if triton is not None:
             rows = tl.load(w_out + tgt[:, None] * D + d[None, :], mask=km[:, None] & dm[None, :], other=0.0)
             out_grad = tl.zeros((BK, BD), dtype=tl.float32)
             grads = tl.zeros((BM, BK), dtype=tl.float32)     # per slot, kept in registers for pass 2
+            h_square = loss                         # the contexts' summed squared norms
             for j in range(M):                      # pass 1: scores from the rows before the window
                 if tl.load(slot_ok + j) > 0:
                     ctx = tl.load(contexts + j)
                     h = tl.load(w_in + ctx * D + d, mask=dm, other=0.0)
+                    if capped:
+                        h_square += tl.sum(h * h, axis=0)
                     score = tl.sum(rows * h[None, :], axis=1)
                     i = tl.minimum(tl.maximum(((score + LIMIT_C) * BIN_SCALE_C).to(tl.int32), 0), TABLE_C - 1)
                     inside = (score < LIMIT_C) & (score > -LIMIT_C)
@@ -106,12 +119,23 @@ if triton is not None:
                     g = (label - sig) * rate * weight
                     grads = tl.where(m[:, None] == j, g[None, :], grads)
                     out_grad += g[:, None] * h[None, :]
+            # the duplicate cap (the torch kernel's): a row n slots of the launch update moves
+            # n steps from one snapshot, so each update is divided by max(1, its load times
+            # the mean squared norm of the rows it pairs with)
+            o_square = loss
+            if capped:
+                out_load = tl.load(slot_load + M + k, mask=km, other=0.0) * (h_square / tl.sum(ok, axis=0))
+                out_grad = out_grad / tl.maximum(out_load, 1.0)[:, None]
+                o_square = tl.sum(tl.sum(rows * rows, axis=1) * weight, axis=0) / tl.maximum(tl.sum(weight, axis=0), 1.0)
             tl.atomic_add(w_out + tgt[:, None] * D + d[None, :], out_grad, mask=km[:, None] & dm[None, :])
             for j in range(M):                      # pass 2: the context rows, from the same output rows
                 if tl.load(slot_ok + j) > 0:
                     ctx = tl.load(contexts + j)
                     g = tl.sum(tl.where(m[:, None] == j, grads, 0.0), axis=0)
-                    tl.atomic_add(w_in + ctx * D + d, tl.sum(g[:, None] * rows, axis=0), mask=dm)
+                    update = tl.sum(g[:, None] * rows, axis=0)
+                    if capped:
+                        update = update / tl.maximum(tl.load(slot_load + j) * o_square, 1.0)
+                    tl.atomic_add(w_in + ctx * D + d, update, mask=dm)
         tl.store(losses + c, loss)
 
 
@@ -131,10 +155,30 @@ def launch(kernel, grid, *args):
     kernel[grid](*args)
 
 
-def step_batches(w_in, w_out, layout: Layout, batch_size: int) -> torch.Tensor:
+# The highest local rate (s x --lr) at which the launches train without the duplicate cap:
+# on enwiki (an H200, 2026-11-27) one rank trained at 0.025 and 0.05 without it and reached
+# NaN in its first round at 0.07 and 0.1 (0.1 even at 256 centres a launch; it trained at 32),
+# as did 8 and 16 ranks at the rule's 4 x and 8 x; with the cap one rank at 0.1, and 8 and 16
+# ranks at the defaults, train (docs/sync-modes.md, "With the fused kernel"). Up to this rate
+# the kernel runs uncapped, as measured (the cap cost one rank 1 analogy point at 0.025).
+UNCAPPED_MAX_RATE = 0.05
+
+
+def duplicate_loads(layout: Layout, batch_size: int, vocab: int) -> torch.Tensor:
+    """Per slot (contexts, then outputs), the duplicate cap's load before the partner norm:
+    n x the centre's rate x sigma'(0) / STABILITY, n the slots of its launch (``batch_size``
+    centres) that update the same row (torch_kernel.duplicate_counts: one sort per block)."""
+    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
+    ok = torch.cat((layout.ok, layout.target_ok), 1)
+    batch = torch.div(torch.arange(len(layout.lr), device=ids.device), batch_size, rounding_mode="floor")
+    return duplicate_counts(ids, ok, batch, 2 * vocab) * (layout.lr[:, None] * (0.25 / STABILITY))
+
+
+def step_batches(w_in, w_out, layout: Layout, batch_size: int, capped: bool = True) -> torch.Tensor:
     """Train a laid-out block (skip-gram, shared negatives) on ``w_in``/``w_out`` (torch
-    tensors on the layout's device): one launch per ``batch_size`` centres. Returns the
-    per-centre losses (a device tensor)."""
+    tensors on the layout's device): one launch per ``batch_size`` centres, with the
+    duplicate cap where ``capped`` (else the cap's code is compiled out: the kernel as it was
+    before the cap). Returns the per-centre losses (a device tensor)."""
     if triton is None:
         raise RuntimeError("--kernel triton needs the triton package (pip install triton)")
     n, m = layout.contexts.shape
@@ -145,8 +189,10 @@ def step_batches(w_in, w_out, layout: Layout, batch_size: int) -> torch.Tensor:
     tables = _device_tables(w_in.device)
     ids = torch.cat((layout.contexts, layout.targets), 1)
     weights = torch.cat((layout.ok, layout.target_ok, layout.lr[:, None]), 1)
+    loads = duplicate_loads(layout, batch_size, w_in.shape[0]) if capped else weights    # (unread uncapped)
     for first in range(0, n, batch_size):
-        launch(_window_step, (min(batch_size, n - first),), w_in, w_out, ids, weights, tables, losses, first, dims)
+        launch(_window_step, (min(batch_size, n - first),), w_in, w_out, ids, weights, loads, tables, losses, first,
+               dims, bool(capped))
     return losses
 
 
@@ -163,7 +209,7 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     layout = prepare_block(tokens, sent_starts, rng_state, w_in.device, args)
     if layout is None:
         return 0.0, 0, n_tokens
-    losses = step_batches(w_in, w_out, layout, batch_size_of(args))
+    losses = step_batches(w_in, w_out, layout, batch_size_of(args), capped=args.lr0 > UNCAPPED_MAX_RATE)
     vocab = w_in.shape[0]
     ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
     ok = torch.cat((layout.ok, layout.target_ok * layout.ok.amax(1, keepdim=True)), 1)

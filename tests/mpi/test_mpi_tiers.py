@@ -294,6 +294,12 @@ def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, 
     assert store.syncer.feedback == sync.feedback
     schedule = Tiers([V, V], V, 10, 4, [False, False])
     ref_masks = [np.zeros(V, np.uint8) for _ in ref]
+    down = up = 0                     # the copies the store reports: flags and span rows down,
+
+    def copies(spans):                # the rows any rank touched (and their int64 ids) up
+        return (2 * V + sum((hi - lo) * D * 4 for lo, hi in spans),
+                sum(len(rows) * (8 + 4 * D) for rows in sync.changed_rows))
+
     for rnd in range(3):              # syncs 1, 2, 3: 10 rows, 24 rows, 10 rows
         for k, (dev, mask, host, ref_mask) in enumerate(zip(store.params, store.touched, ref, ref_masks)):
             delta, touched = local_change(comm.rank + 10 * rnd + 100 * k)
@@ -304,6 +310,7 @@ def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, 
         spans = schedule.spans(rnd + 1)
         store.sync(rnd)
         sync.sync(ref, ref_masks, spans)
+        down, up = (a + b for a, b in zip((down, up), copies(spans)))
         for dev, mask, host, ref_mask, (lo, hi) in zip(store.params, store.touched, ref, ref_masks, spans):
             np.testing.assert_array_equal(dev.numpy(), host)
             np.testing.assert_array_equal(mask.numpy(), ref_mask)
@@ -311,6 +318,10 @@ def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, 
         assert store.pending
     store.flush()
     sync.sync(ref, ref_masks, rest_of(schedule.spans(3), [V, V]))
+    down, up = (a + b for a, b in zip((down, up), copies(rest_of(schedule.spans(3), [V, V]))))
+    report = store.report()
+    assert (report["device_down_bytes"], report["device_up_bytes"]) == (down, up) and up > 0
+    assert report["device_copy_seconds"] > 0
     store.host()
     for dev, host_param, host, mask in zip(store.params, store.host_params, ref, store.touched):
         np.testing.assert_array_equal(dev.numpy(), host)
