@@ -126,7 +126,8 @@ if triton is not None:
             if capped:
                 out_load = tl.load(slot_load + M + k, mask=km, other=0.0) * (h_square / tl.sum(ok, axis=0))
                 out_grad = out_grad / tl.maximum(out_load, 1.0)[:, None]
-                o_square = tl.sum(tl.sum(rows * rows, axis=1) * weight, axis=0) / tl.maximum(tl.sum(weight, axis=0), 1.0)
+                o_square = (tl.sum(tl.sum(rows * rows, axis=1) * weight, axis=0)
+                            / tl.maximum(tl.sum(weight, axis=0), 1.0))
             tl.atomic_add(w_out + tgt[:, None] * D + d[None, :], out_grad, mask=km[:, None] & dm[None, :])
             for j in range(M):                      # pass 2: the context rows, from the same output rows
                 if tl.load(slot_ok + j) > 0:
