@@ -1,7 +1,8 @@
 """Quality against the number of ranks, for every sync mode (docs/sync-modes.md).
 
     python benchmarks/ranks.py demo   [--ranks 1 2 4 8 16] [--modes auto sparse dense average]
-    python benchmarks/ranks.py enwiki [--ranks 1 2 4 8]
+    python benchmarks/ranks.py enwiki [--ranks 1 2 4 8] [--data DIR] [-- TRAIN FLAGS]
+    python benchmarks/ranks.py enwiki --data .devdata --ranks 1 2 8 16 --modes auto -- --device cuda --threads 2
 
 ``demo``: the demo corpus (3M tokens, planted answer key; made under --workdir if missing),
 2 epochs, the defaults of ``make demo``. ``enwiki``: ../shared/data/enwiki-extract-100M
@@ -9,7 +10,12 @@
 scored on WS-353 and the Google analogies. Ranks beyond this machine's cores are
 oversubscribed: quality does not depend on it, the seconds do (they are printed but mean
 little there). Every run is a real ``mpiexec -n P python -m mpidwe.train``; a refused
-combination prints its one-line reason instead of a row.
+combination prints its one-line reason instead of a row, a diverged one its exit 3. The
+third form is the GPU check of docs/sync-modes.md ("The fused kernel at several ranks"): all
+ranks on the one GPU of a lent machine (``--data``: a folder holding the enwiki text and the
+evaluation files, as the device tool carries it); rows then also give the device store's
+copies between device and host per trained word (``device_down_bytes`` and
+``device_up_bytes`` of metrics.jsonl).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
+from mpidwe.core.errors import EXIT_DIVERGED  # noqa: E402
 from mpidwe.demo import mpi_launch  # noqa: E402
 
 ENWIKI = dict(dim=100, window=5, negative=5, sample=1e-4, lr=0.025)
@@ -36,7 +43,7 @@ def env() -> dict:
                 OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
-def prepare(kind: str, workdir: Path) -> tuple[str, list[str], dict]:
+def prepare(kind: str, workdir: Path, data: Path = DATA) -> tuple[str, list[str], dict]:
     """The corpus, the train flags and the names of the two headline scores."""
     workdir.mkdir(parents=True, exist_ok=True)
     corpus = workdir / f"{kind}.h5"
@@ -49,10 +56,10 @@ def prepare(kind: str, workdir: Path) -> tuple[str, list[str], dict]:
                  "--eval-analogy", str(demo / "demo-analogies.txt")]
         names = {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
     else:
-        source = DATA / "enwiki-extract-100M.txt.gz"
+        source = data / "enwiki-extract-100M.txt.gz"
         extra_pre = ["--normalize", "text8", "--strip-doc-tags", "--min-count", "5"]
-        flags = ["--epochs", "1", "--eval-sim", str(DATA / "wordsim353.tsv"),
-                 "--eval-analogy", str(DATA / "questions-words.txt")]
+        flags = ["--epochs", "1", "--eval-sim", str(data / "wordsim353.tsv"),
+                 "--eval-analogy", str(data / "questions-words.txt")]
         for k, v in ENWIKI.items():
             flags += [f"--{k}", str(v)]
         names = {"sim": "sim:wordsim353.tsv", "analogy": "analogy:questions-words.txt"}
@@ -73,6 +80,16 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
         return {"ranks": ranks, "mode": mode, "exit": proc.returncode, "error": errors[-1] if errors else proc.stderr[-300:]}
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     cfg = json.loads((out / "config.json").read_text())
+    return {**row_of(last, cfg, names, ranks, mode), "wall_s": wall}
+
+
+def per_word(last: dict, key: str) -> float:
+    """A per-rank counter of metrics.jsonl per word that rank trained, averaged over ranks."""
+    return sum(b / max(w, 1) for b, w in zip(last[key], last["words_rank"])) / len(last["words_rank"])
+
+
+def row_of(last: dict, cfg: dict, names: dict, ranks: int, mode: str) -> dict:
+    """A table row from a run's last metrics line and its config.json."""
     syncs = max(last["syncs"], 1)
     return {"ranks": ranks, "mode": mode, "exit": 0, "sim": last["eval"][names["sim"]],
             "analogy": last["eval"][names["analogy"]], "loss": last["loss"], "lr_scale": cfg["lr_scale"],
@@ -86,11 +103,15 @@ def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, o
             "steps_per_sync": last.get("sync_steps", 0) / syncs,
             # bytes each rank sent in syncs per word it trained, and the syncs' array work
             # against the kernels' compute, averaged over the ranks
-            "bytes_per_word": sum(b / max(w, 1) for b, w in zip(last["sync_bytes"], last["words_rank"])) / ranks,
+            "bytes_per_word": per_word(last, "sync_bytes"),
             "array_share": sum(a / max(c, 1e-9) for a, c in zip(last["sync_array_seconds"], last["compute_seconds"]))
             / ranks,
             "sync_comm_s": max(last["sync_comm_seconds"]), "sync_array_s": max(last["sync_array_seconds"]),
-            "train_s": last["seconds"], "wall_s": wall}
+            "train_s": last["seconds"],
+            # the device store (--device cuda, or the torch kernel): its host syncs' copies
+            **({"device_down_per_word": per_word(last, "device_down_bytes"),
+                "device_up_per_word": per_word(last, "device_up_bytes"),
+                "device_copy_s": max(last["device_copy_seconds"])} if "device_down_bytes" in last else {})}
 
 
 def table(rows: list[dict]) -> str:
@@ -101,7 +122,8 @@ def table(rows: list[dict]) -> str:
     lines = [head, "|" + " --- |" * 15]
     for r in rows:
         if r["exit"]:
-            lines.append(f"| {r['ranks']} | {r['mode']} | refused (exit {r['exit']}): {r['error']} |" + " |" * 12)
+            what = "diverged" if r["exit"] == EXIT_DIVERGED else "refused"
+            lines.append(f"| {r['ranks']} | {r['mode']} | {what} (exit {r['exit']}): {r['error']} |" + " |" * 12)
             continue
         t = r.get("tiers")
         sync = r["mode"] + (f", tiers {t['hot']}/{t['full']} {t['wire']}" if t else "")
@@ -111,21 +133,40 @@ def table(rows: list[dict]) -> str:
                      f"{r['bytes_per_word']:,.1f} | {r['array_share']:.3f} | {r['sim']:.3f} | "
                      f"{100 * r['analogy']:.1f}% | {r['loss']:.3f} | {r['train_s']:.1f} | "
                      f"{r['sync_comm_s']:.1f} + {r['sync_array_s']:.1f} |")
+    copies = [r for r in rows if not r["exit"] and "device_down_per_word" in r and r["ranks"] > 1]
+    if copies:
+        lines += ["", "| ranks | sync | device to host, bytes per trained word | host to device | copy s |",
+                  "|" + " --- |" * 5]
+        lines += [f"| {r['ranks']} | {r['mode']} | {r['device_down_per_word']:,.1f} | {r['device_up_per_word']:,.1f} | "
+                  f"{r['device_copy_s']:.2f} |" for r in copies]
     return "\n".join(lines)
 
 
-def main() -> int:
+def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The script's own arguments and the train flags after ``--`` (argparse would have
+    bound an optional positional list before the options and refused the flags)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("corpus", choices=["demo", "enwiki"])
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="default: 1 2 4 8 16 (demo), 1 2 4 8 (enwiki)")
     p.add_argument("--modes", nargs="+", default=["auto", "sparse", "dense", "average"])
     p.add_argument("--workdir", default="bench-work/ranks")
     p.add_argument("--json", default=None, help="also write the rows here")
-    p.add_argument("extra", nargs="*", help="more train flags, after --")
-    a = p.parse_args()
+    p.add_argument("--data", default=str(DATA), help="enwiki: the folder of enwiki-extract-100M.txt.gz, "
+                   "wordsim353.tsv and questions-words.txt")
+    own, extra = split_extra(sys.argv[1:] if argv is None else argv)
+    p.epilog = "more train flags after --, passed to every run"
+    a = p.parse_args(own)
+    a.extra = extra
     ranks = a.ranks or ([1, 2, 4, 8, 16] if a.corpus == "demo" else [1, 2, 4, 8])
     workdir = Path(a.workdir)
-    corpus, flags, names = prepare(a.corpus, workdir)
+    corpus, flags, names = prepare(a.corpus, workdir, Path(a.data))
     rows = []
     for n in ranks:
         for mode in (a.modes if n > 1 else a.modes[:1]):   # one rank: no sync, modes coincide
@@ -133,7 +174,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
             rows.append(row)
     print(f"\n{a.corpus}: python benchmarks/ranks.py {a.corpus} --ranks {' '.join(map(str, ranks))} "
-          f"--modes {' '.join(a.modes)}\n")
+          f"--modes {' '.join(a.modes)}" + (f" -- {' '.join(a.extra)}" if a.extra else "") + "\n")
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
