@@ -65,27 +65,27 @@ if triton is not None:
     LIMIT_C = tl.constexpr(MAX_EXP)
 
     @triton.jit
-    def _window_step(w_in, w_out, ids, weights, loads, tables, losses, first, dims: tl.constexpr,
-                     capped: tl.constexpr):
+    def _window_step(w_in, w_out, ids, weights, tables, losses, first, dims: tl.constexpr):
         """One window per program: centre ``first + program_id``. ``ids``: [n, M + K1], a row's
         context ids then output ids; ``weights``: [n, M + K1 + 1], their 0/1 weights then the
-        centre's learning rate; ``loads``: [n, M + K1], per slot the duplicate cap's load
-        before the partner norm (n lr sigma'(0) / STABILITY, n: the slots of the launch that
-        update the same row; read only when ``capped``: uncapped, the code is compiled out);
-        ``tables``: [sigmoid | loss(label 0) | loss(label 1)]; ``losses``: [n] out. ``dims``:
-        (D, M, K1, BD, BM, BK)."""
+        centre's learning rate, and when capped [n, 2 (M + K1) + 1], then per slot the
+        duplicate cap's load before the partner norm (n lr sigma'(0) / STABILITY, n: the slots
+        of the launch that update the same row); ``tables``: [sigmoid | loss(label 0) |
+        loss(label 1)]; ``losses``: [n] out. ``dims``: (D, M, K1, BD, BM, BK, CAPPED):
+        uncapped, the cap's code is compiled out."""
         D: tl.constexpr = dims[0]
         M: tl.constexpr = dims[1]
         K1: tl.constexpr = dims[2]
         BD: tl.constexpr = dims[3]
         BM: tl.constexpr = dims[4]
         BK: tl.constexpr = dims[5]
+        capped: tl.constexpr = dims[6]
         c = first + tl.program_id(0)
         contexts = ids + c * (M + K1)               # this centre's row of each
         targets = contexts + M
-        slot_ok = weights + c * (M + K1 + 1)
+        slot_ok = weights + c * (M + K1 + 1 + capped * (M + K1))
         target_ok = slot_ok + M
-        slot_load = loads + c * (M + K1)
+        slot_load = target_ok + K1 + 1
         d = tl.arange(0, BD)
         k = tl.arange(0, BK)
         m = tl.arange(0, BM)
@@ -186,14 +186,14 @@ def step_batches(w_in, w_out, layout: Layout, batch_size: int, capped: bool = Tr
     k1 = layout.targets.shape[1]
     losses = torch.zeros(n, dtype=torch.float32, device=w_in.device)
     dim = w_in.shape[1]
-    dims = (dim, m, k1, triton.next_power_of_2(dim), triton.next_power_of_2(m), triton.next_power_of_2(k1))
+    dims = (dim, m, k1, triton.next_power_of_2(dim), triton.next_power_of_2(m), triton.next_power_of_2(k1),
+            int(capped))
     tables = _device_tables(w_in.device)
     ids = torch.cat((layout.contexts, layout.targets), 1)
-    weights = torch.cat((layout.ok, layout.target_ok, layout.lr[:, None]), 1)
-    loads = duplicate_loads(layout, batch_size, w_in.shape[0]) if capped else weights    # (unread uncapped)
+    loads = (duplicate_loads(layout, batch_size, w_in.shape[0]),) if capped else ()
+    weights = torch.cat((layout.ok, layout.target_ok, layout.lr[:, None], *loads), 1)
     for first in range(0, n, batch_size):
-        launch(_window_step, (min(batch_size, n - first),), w_in, w_out, ids, weights, loads, tables, losses, first,
-               dims, bool(capped))
+        launch(_window_step, (min(batch_size, n - first),), w_in, w_out, ids, weights, tables, losses, first, dims)
     return losses
 
 
