@@ -18,13 +18,14 @@ WORDS_PER_BATCH_SLOT = 350
 # ... and at most this many centre words per unit of the local learning rate (s x --lr): the
 # windows of a batch read the rows as they were before it (the fused kernel adds its updates
 # atomically, Hogwild), so a row that n of its centres update moves about n steps at once, and
-# n grows with the batch. One rank of the fused kernel on enwiki at a rate of 0.1 and 8,192
-# centres reached NaN in its first round, as did 8 and 16 ranks at the rule's 4 x and 8 x
-# --lr (an H200, 2026-11-27; docs/sync-modes.md, "With the fused kernel"), where 0.025 (one
-# rank's default) trains: the batch shrinks as the rate grows, so that rate x batch stays at
-# one rank's default (8,192 centres at 0.025): 2,048 at 4 x, 1,024 at 8 x.
+# n grows with the batch. At the rates several ranks train at, the smaller the batch the
+# better the torch kernel scores (8 ranks on enwiki, 4 x --lr: 8.2% analogy at
+# 4,096 centres, 9.2% at 2,048, 10.4% at 1,024; one rank 12.1%), so rate x batch stays at one
+# rank's default (8,192 centres at 0.025): 2,048 at 4 x, 1,024 at 8 x. (The batch alone does
+# not keep the fused kernel stable there: that is its duplicate cap, triton_kernel.py;
+# docs/sync-modes.md, "The fused kernel at several ranks, on a GPU".)
 RATE_BATCH = BATCH_SIZE * 0.025
-# The rate bound's floor (a --lr far above word2vec's still gets a batch, and a warning-free run).
+# The rate bound's floor (a --lr far above word2vec's still gets batches of some size).
 MIN_RATE_BATCH = 128
 
 

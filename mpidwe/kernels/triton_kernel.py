@@ -160,8 +160,9 @@ def launch(kernel, grid, *args):
 # on enwiki (an H200, 2026-11-27) one rank trained at 0.025 and 0.05 without it and reached
 # NaN in its first round at 0.07 and 0.1 (0.1 even at 256 centres a launch; it trained at 32),
 # as did 8 and 16 ranks at the rule's 4 x and 8 x; with the cap one rank at 0.1, and 8 and 16
-# ranks at the defaults, train (docs/sync-modes.md, "With the fused kernel"). Up to this rate
-# the kernel runs uncapped, as measured (the cap cost one rank 1 analogy point at 0.025).
+# ranks at the defaults, train (docs/sync-modes.md, "The fused kernel at several ranks, on a
+# GPU"). Up to this rate the kernel runs uncapped, as measured (the cap cost one rank 1
+# analogy point at 0.025).
 UNCAPPED_MAX_RATE = 0.05
 
 
