@@ -152,7 +152,8 @@ def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="more train flags after --, passed to every run")
     p.add_argument("corpus", choices=["demo", "enwiki"])
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="default: 1 2 4 8 16 (demo), 1 2 4 8 (enwiki)")
     p.add_argument("--modes", nargs="+", default=["auto", "sparse", "dense", "average"])
@@ -161,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=str(DATA), help="enwiki: the folder of enwiki-extract-100M.txt.gz, "
                    "wordsim353.tsv and questions-words.txt")
     own, extra = split_extra(sys.argv[1:] if argv is None else argv)
-    p.epilog = "more train flags after --, passed to every run"
     a = p.parse_args(own)
     a.extra = extra
     ranks = a.ranks or ([1, 2, 4, 8, 16] if a.corpus == "demo" else [1, 2, 4, 8])

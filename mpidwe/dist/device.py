@@ -230,8 +230,8 @@ class DeviceStore(Store):
         from the device (only the rows this rank touched, for a sparse sync of every row),
         the Synchronizer combines them, and the rows any rank touched go back up; the
         touched flags of those rows are cleared, the others kept."""
-        syncer, copied, t = self.syncer, self.copied, time.perf_counter()
-        masks = [t.cpu().numpy() for t in self.touched]
+        syncer, copied, start = self.syncer, self.copied, time.perf_counter()
+        masks = [flags.cpu().numpy() for flags in self.touched]
         down = sum(m.nbytes for m in masks)
         spans = [(0, len(p)) for p in self.host_params] if spans is None else spans
         every = all(b - a == len(p) for p, (a, b) in zip(self.host_params, spans))
@@ -243,18 +243,18 @@ class DeviceStore(Store):
             else:
                 host[lo:hi] = dev[lo:hi].cpu().numpy()
                 down += host[lo:hi].nbytes
-        copied["device_copy_seconds"] += time.perf_counter() - t
+        copied["device_copy_seconds"] += time.perf_counter() - start
         biggest = syncer.sync(list(self.host_params), masks, spans)
-        t, up = time.perf_counter(), 0
+        start, up = time.perf_counter(), 0
         for dev, host, rows in zip(self.params, self.host_params, syncer.changed_rows):
             index = torch.from_numpy(rows.astype(np.int64)).to(self.device)
             dev.index_copy_(0, index, torch.from_numpy(host[rows]).to(self.device))
             up += index.numel() * (8 + host.shape[1] * host.itemsize)
-        for t_, (lo, hi) in zip(self.touched, spans):
-            t_[lo:hi].zero_()
+        for flags, (lo, hi) in zip(self.touched, spans):
+            flags[lo:hi].zero_()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        copied["device_copy_seconds"] += time.perf_counter() - t
+        copied["device_copy_seconds"] += time.perf_counter() - start
         copied["device_down_bytes"] += down
         copied["device_up_bytes"] += up
         # rows outside the spans may hold this rank's changes the host has not seen

@@ -102,11 +102,9 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     layout = prepare_block(tokens, sent_starts, rng_state, w_in.device, args)
     if layout is None:
         return 0.0, 0, n_tokens
-    device, vocab = w_in.device, w_in.shape[0]
+    vocab = w_in.shape[0]
     # every slot of a row, input then output ids (output ids offset by V: one id space)
-    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
-    ok = torch.cat((layout.ok, layout.target_ok), 1)
-    batch = torch.div(torch.arange(len(layout.lr), device=device), layout.batch_rows, rounding_mode="floor")
+    ids, ok, batch = block_slots(layout, layout.batch_rows, vocab)
     if duplicate_steps is None:     # adaptive: n lr sigma'(0) |partner|^2 / STABILITY, per batch
         n = duplicate_counts(ids, ok, batch, 2 * vocab)
         load = n * (layout.lr[:, None] * (0.25 * w_in.shape[1] / STABILITY))
@@ -230,6 +228,15 @@ def _targets(centres, negs):
 
 def _zero(like):
     return torch.zeros(1, dtype=torch.int64, device=like.device)
+
+
+def block_slots(layout: Layout, batch_rows: int, vocab: int):
+    """Every slot of a block in one id space (its context ids, then its output ids + V),
+    their 0/1 weights, and each row's batch number (``batch_rows`` rows a batch)."""
+    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
+    ok = torch.cat((layout.ok, layout.target_ok), 1)
+    batch = torch.div(torch.arange(len(layout.lr), device=ids.device), batch_rows, rounding_mode="floor")
+    return ids, ok, batch
 
 
 def duplicate_counts(ids, ok, batch, vocab):

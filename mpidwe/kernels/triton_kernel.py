@@ -46,7 +46,7 @@ import torch
 
 from .common import MAX_EXP, SIGMOID_BIN_SCALE, SIGMOID_TABLE_SIZE, check_block, sigmoid_tables
 from .batch import batch_size_of
-from .torch_kernel import STABILITY, Layout, duplicate_counts, mark_touched, prepare_block
+from .torch_kernel import STABILITY, Layout, block_slots, duplicate_counts, mark_touched, prepare_block
 
 try:
     import triton
@@ -169,11 +169,9 @@ UNCAPPED_MAX_RATE = 0.05
 def duplicate_loads(layout: Layout, batch_size: int, vocab: int) -> torch.Tensor:
     """Per slot (contexts, then outputs), the duplicate cap's load before the partner norm:
     n x the centre's rate x sigma'(0) / STABILITY, n the slots of its launch (``batch_size``
-    centres) that update the same row (torch_kernel.duplicate_counts: one sort per block)."""
-    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
-    ok = torch.cat((layout.ok, layout.target_ok), 1)
-    batch = torch.div(torch.arange(len(layout.lr), device=ids.device), batch_size, rounding_mode="floor")
-    return duplicate_counts(ids, ok, batch, 2 * vocab) * (layout.lr[:, None] * (0.25 / STABILITY))
+    centres) that update the same row (the torch kernel's counts: one sort per block)."""
+    n = duplicate_counts(*block_slots(layout, batch_size, vocab), 2 * vocab)
+    return n * (layout.lr[:, None] * (0.25 / STABILITY))
 
 
 def step_batches(w_in, w_out, layout: Layout, batch_size: int, capped: bool = True) -> torch.Tensor:
