@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
             rows.append(row)
     print(f"\n{a.corpus}: python benchmarks/ranks.py {a.corpus} --ranks {' '.join(map(str, ranks))} "
-          f"--modes {' '.join(a.modes)}" + (f" -- {' '.join(a.extra)}" if a.extra else "") + "\n")
+          f"--modes {' '.join(a.modes)}" + (f" --data {a.data}" if Path(a.data) != DATA else "")
+          + (f" -- {' '.join(a.extra)}" if a.extra else "") + "\n")
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -246,10 +246,11 @@ class TrainConfig:
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
                                  "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
                                  "gives word2vec's per-pair negatives; CBOW ignores it")
-    batch_size: int = opt(0, "torch kernel: centre words (windows) trained per batch from one parameter "
-                          "snapshot; 0 (default): adapts to the corpus, the largest power of two up to "
-                          "8,192 (at least 1,024) with 350 raw words per rank and run behind each centre "
-                          "of a batch, so a small corpus keeps numba's quality (kernels/torch_kernel.py); a "
+    batch_size: int = opt(0, "torch and fused triton kernels: centre words (windows) trained per batch from one "
+                          "parameter snapshot; 0 (default): adapts to the corpus, the largest power of two up "
+                          "to 8,192 (at least 1,024) with 350 raw words per rank and run behind each centre "
+                          "of a batch, so a small corpus keeps numba's quality, and at most 204.8 / the local "
+                          "rate (s x --lr; at least 128): 4,096 at 0.05, 1,024 at 0.2 (kernels/batch.py); a "
                           "row a batch updates n times has the sum of its updates divided by max(1, n lr "
                           "sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); --loss hs trains 4,096 "
                           "examples per batch (kernels/torch_hs.py)")

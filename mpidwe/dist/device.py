@@ -232,20 +232,21 @@ class DeviceStore(Store):
         touched flags of those rows are cleared, the others kept."""
         syncer, copied, start = self.syncer, self.copied, time.perf_counter()
         masks = [flags.cpu().numpy() for flags in self.touched]
-        down = sum(m.nbytes for m in masks)
+        down, up = sum(m.nbytes for m in masks), 0
         spans = [(0, len(p)) for p in self.host_params] if spans is None else spans
         every = all(b - a == len(p) for p, (a, b) in zip(self.host_params, spans))
         for dev, host, mask, (lo, hi) in zip(self.params, self.host_params, masks, spans):
             if syncer.mode == "sparse" and every:     # only the rows this rank changed travel down
-                rows = np.flatnonzero(mask)
+                rows = np.flatnonzero(mask)           # (their int64 ids up first)
                 host[rows] = dev[torch.from_numpy(rows).to(self.device)].cpu().numpy()
-                down += rows.nbytes + host[rows].nbytes
+                down += len(rows) * host.shape[1] * host.itemsize
+                up += rows.nbytes
             else:
                 host[lo:hi] = dev[lo:hi].cpu().numpy()
                 down += host[lo:hi].nbytes
         copied["device_copy_seconds"] += time.perf_counter() - start
         biggest = syncer.sync(list(self.host_params), masks, spans)
-        start, up = time.perf_counter(), 0
+        start = time.perf_counter()
         for dev, host, rows in zip(self.params, self.host_params, syncer.changed_rows):
             index = torch.from_numpy(rows.astype(np.int64)).to(self.device)
             dev.index_copy_(0, index, torch.from_numpy(host[rows]).to(self.device))
@@ -277,9 +278,9 @@ class DeviceStore(Store):
 
     def report(self) -> dict:
         """Per rank, the host syncs' copies so far (none at one rank or with ``--exchange
-        torch``): bytes down (touched flags, rows and the row ids of a sparse download) and up
-        (rows and their int64 ids), and their seconds, the upload's wait for the device
-        included."""
+        torch``): bytes down (touched flags and rows) and up (rows and their int64 ids, and
+        the ids of the rows a sparse download fetches), and their seconds, the upload's wait
+        for the device included."""
         if self.syncer is None:
             return {}
         return {**self.copied, "device_copy_seconds": round(self.copied["device_copy_seconds"], 4)}

@@ -319,6 +319,20 @@ def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, 
     store.flush()
     sync.sync(ref, ref_masks, rest_of(schedule.spans(3), [V, V]))
     down, up = (a + b for a, b in zip((down, up), copies(rest_of(schedule.spans(3), [V, V]))))
+    for k, (dev, mask, host, ref_mask) in enumerate(zip(store.params, store.touched, ref, ref_masks)):
+        delta, touched = local_change(comm.rank + 30 + 100 * k)        # sync 4 combines every row
+        dev += torch.from_numpy(delta)
+        mask |= torch.from_numpy(touched)
+        host += delta
+        ref_mask |= touched
+    mine = [np.flatnonzero(m) for m in ref_masks]
+    store.sync(3)
+    sync.sync(ref, ref_masks, None)
+    if mode == "sparse":              # only this rank's touched rows come down, their ids go up
+        down, up = down + 2 * V + sum(len(r) * D * 4 for r in mine), up + sum(len(r) * 8 for r in mine)
+    else:
+        down += 2 * V + 2 * V * D * 4
+    up += sum(len(rows) * (8 + 4 * D) for rows in sync.changed_rows)
     report = store.report()
     assert (report["device_down_bytes"], report["device_up_bytes"]) == (down, up) and up > 0
     assert report["device_copy_seconds"] > 0
@@ -328,4 +342,4 @@ def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, 
         np.testing.assert_array_equal(host_param, host)
         assert not mask.numpy().any()
     assert len(set(comm.allgather(b"".join(h.tobytes() for h in store.host_params)))) == 1
-    assert store.stats.syncs == 4 and store.stats.bytes_sent > 0
+    assert store.stats.syncs == 5 and store.stats.bytes_sent > 0
