@@ -230,6 +230,29 @@ def test_a_divergent_setting_stops_every_rank_with_exit_3(demo, tmp_path):
     assert not (out / "vectors.txt").exists()
 
 
+@pytest.mark.mpi
+def test_a_diverged_run_resumes_from_its_last_checkpoint_at_the_lower_rate_its_error_names(demo, tmp_path):
+    """4 ranks at 4 x --lr 0.12 diverge in round 2, after the checkpoint of round 1; the
+    error line gives the command that continues from it at half the ranks' rate, and that
+    run finishes (a continuation at another rate: said in the log, stored for later resumes)."""
+    out = tmp_path / "d"
+    flags = ["-m", "mpidwe.train", "--corpus", str(demo / "corpus.h5"), "--out", str(out), "--dim", "16",
+             "--lr", "0.12", "--sync-every", "10000", "--threads", "1", "--no-progress",
+             "--checkpoint-every", "30000", "--epochs", "2"]
+    proc = run_mpi(4, [*flags, "--max-local-lr", "0.48"], cwd=str(tmp_path), check=False, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    line = error_lines(proc.stderr)[0]
+    assert "training diverged in round 2/" in line and "ranks train at 4 x --lr" in line, line
+    assert line.endswith("the last checkpoint is kept; `--resume auto --max-local-lr 0.24` continues from it at "
+                         "half the ranks' rate"), line
+    proc = run_mpi(4, [*flags, "--resume", "auto", "--max-local-lr", "0.24"], cwd=str(tmp_path), timeout=120)
+    assert "round 1/15" in proc.stdout and ("--max-local-lr 0.24 (the checkpoint's run: 0.48): the ranks train "
+                                            "at 2 x --lr from here, where it trained at 4 x") in proc.stdout
+    assert (out / "vectors.txt").exists()
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["max_local_lr"] == 0.24 and stored["lr_scale"] == 2
+
+
 def test_the_guard_keeps_the_last_good_checkpoint(demo, tmp_path):
     """A limit below what round 3 reaches trips the guard after two checkpoints."""
     from mpidwe.io import checkpoint

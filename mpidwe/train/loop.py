@@ -234,8 +234,12 @@ class Trainer:
         if p > 1:
             hint += (f", a smaller --max-local-lr (ranks train at {self.plan.scale} x --lr) or --sync-every "
                      f"(now {self.plan.resolved['sync_every']:,} words per rank), or fewer than {p} ranks")
+        again = ""
+        if p > 1 and self.plan.scale > 1 and (cfg.checkpoint_every or cfg.checkpoint_minutes):
+            again = (f"; `--resume auto --max-local-lr {max(cfg.lr, self.plan.scale * cfg.lr / 2):g}` "
+                     f"continues from it at half the ranks' rate")
         raise TrainingDiverged(f"training diverged in round {rnd + 1}/{self.plan.rounds}: {why}; "
-                               f"try {hint}; the last checkpoint is kept")
+                               f"try {hint}; the last checkpoint is kept{again}")
 
     def round(self, rnd: int, bar, ticker, marks: Marks) -> RoundTotals:
         """Train, sync and agree on round ``rnd``; moves the global progress on."""

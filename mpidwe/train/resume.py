@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from ..core.config import MAX_LOCAL_LR_NS, TrainConfig, from_mapping, to_dict
+from ..core.config import TrainConfig, from_mapping, to_dict
 from ..core.errors import InputError
 from ..dist.comm import Comm
 from ..io import checkpoint
@@ -28,8 +28,15 @@ from .plan import SYNC_EVERY_MIN, Plan, learning_rate, rng_seeds, round_targets
 # ranks, --epochs and --sync-every may change too: the rest of the run is then re-planned
 # (replan), which continues the run but is not bit-identical to an uninterrupted one.
 RESUME_MUST_MATCH = ("model", "loss", "dim", "window", "negative", "sample", "lr", "min_lr_ratio",
-                     "seed", "sync", "max_local_lr", "block_tokens", "kernel", "shared_negatives", "balance",
+                     "seed", "sync", "block_tokens", "kernel", "shared_negatives", "balance",
                      "segments", "subwords", "minn", "maxn", "buckets")
+
+
+# what a resumed run may change when the user gives it: the ranks' local rate cap, so that a
+# run the divergence guard stopped continues from its last checkpoint at a lower rate (the
+# guard's line says how); a continuation at another rate, not the run the checkpoint would
+# have finished (taken from the checkpoint when not given, as RESUME_ADOPTS)
+RESUME_MAY_CHANGE = ("max_local_lr",)
 
 
 # --batch-size decides which updates of the torch kernel share a parameter snapshot (and which
@@ -50,7 +57,7 @@ RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3
 # device, threads or logging, which belong to the machine and the session; --sync-every
 # only on as many ranks as wrote the checkpoint (stored resolved, so on other ranks the
 # default interval of those ranks applies).
-RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + (
+RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + RESUME_MAY_CHANGE + (
     "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
     "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "wire_feedback", "overlap",
@@ -122,16 +129,12 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
     for key in resume_must_match(resolved):
         old, new = ck.config.get(key, RESUME_DEFAULTS.get(key)), resolved.get(key)
         if old != new:
-            hint = ""
-            if key == "max_local_lr":
-                why = ("; --loss hs's default cap is 2 x --lr since it diverged at 8 ranks under 0.2"
-                       if resolved.get("loss") == "hs" and old == MAX_LOCAL_LR_NS else "")
-                hint = f" (give --max-local-lr {old!r} to continue it{why})"
             raise InputError(f"cannot resume from {ck.path}: --{key.replace('_', '-')} is {new!r} "
-                             f"but the checkpoint has {old!r}{hint}")
+                             f"but the checkpoint has {old!r}")
     old_scale = ck.config.get("lr_scale")
     same_plan = ck.config.get("ranks") == world and ck.progress.words_total == resolved["words_total"]
-    if same_plan and old_scale is not None and old_scale != resolved.get("lr_scale"):
+    same_cap = ck.config.get("max_local_lr") == resolved.get("max_local_lr")
+    if same_plan and same_cap and old_scale is not None and old_scale != resolved.get("lr_scale"):
         # the same options, ranks and length, another scale: the rule changed since
         # (dist/rule.py); continuing at another rate would silently change the run (a
         # re-planned run, on other ranks or with more epochs, takes its new plan's scale)
@@ -183,6 +186,13 @@ def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, lo
     if log:
         log(f"resuming from {ck.path}: round {ck.progress.round}/{ck.progress.rounds}, "
             f"{ck.progress.words_done:,} words done")
+        old_cap, cap = ck.config.get("max_local_lr"), plan.resolved.get("max_local_lr")
+        old_scale, scale = ck.config.get("lr_scale"), plan.resolved.get("lr_scale")
+        if old_cap is not None and old_cap != cap:
+            log(f"--max-local-lr {cap:g} (the checkpoint's run: {old_cap:g}): " + (
+                f"the ranks stay at {scale} x --lr, and the run continues as it would have" if scale == old_scale
+                else f"the ranks train at {scale} x --lr from here, where it trained at {old_scale} x; a "
+                     f"continuation at another rate, not the run the checkpoint would have finished"))
     return ck
 
 
