@@ -227,6 +227,8 @@ def test_a_divergent_setting_stops_every_rank_with_exit_3(demo, tmp_path):
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and "training diverged in round" in lines[0], proc.stderr
     assert "smaller --lr" in lines[0] and "--sync-every" in lines[0] and "fewer than 4 ranks" in lines[0]
+    assert lines[0].endswith("no checkpoint was written yet; `--resume auto --max-local-lr 1` starts it again at "
+                             "half the ranks' rate"), lines[0]
     assert not (out / "vectors.txt").exists()
 
 

@@ -129,6 +129,7 @@ class Trainer:
         self.calibrate_after = (CALIBRATION_ROUND if cfg.sync_seconds > 0 and comm.size > 1
                                 and not calibrated(plan) else None)
         self.guard = DivergenceGuard(cfg.guard_loss_ratio, cfg.guard_max_abs)
+        self.checkpointed = state.progress.words_done > 0   # a checkpoint of this run exists (resumed or written)
         self.eval_ids, self.evaluator = self.make_evaluator()
         self.compute_s = 0.0
         self.eval_s = 0.0             # evaluating (rank 0) or waiting for it (the others)
@@ -234,12 +235,12 @@ class Trainer:
         if p > 1:
             hint += (f", a smaller --max-local-lr (ranks train at {self.plan.scale} x --lr) or --sync-every "
                      f"(now {self.plan.resolved['sync_every']:,} words per rank), or fewer than {p} ranks")
-        again = ""
-        if p > 1 and self.plan.scale > 1 and (cfg.checkpoint_every or cfg.checkpoint_minutes):
-            again = (f"; `--resume auto --max-local-lr {max(cfg.lr, self.plan.scale * cfg.lr / 2):g}` "
-                     f"continues from it at half the ranks' rate")
+        kept = "the last checkpoint is kept" if self.checkpointed else "no checkpoint was written yet"
+        if p > 1 and self.plan.scale > 1:        # the same command either way (no checkpoint: a fresh start)
+            kept += (f"; `--resume auto --max-local-lr {max(cfg.lr, self.plan.scale * cfg.lr / 2):g}` "
+                     + ("continues from it" if self.checkpointed else "starts it again") + " at half the ranks' rate")
         raise TrainingDiverged(f"training diverged in round {rnd + 1}/{self.plan.rounds}: {why}; "
-                               f"try {hint}; the last checkpoint is kept{again}")
+                               f"try {hint}; {kept}")
 
     def round(self, rnd: int, bar, ticker, marks: Marks) -> RoundTotals:
         """Train, sync and agree on round ``rnd``; moves the global progress on."""
@@ -435,6 +436,7 @@ class Trainer:
                                    config=self.plan.resolved, corpus_id=self.corpus.corpus_id,
                                    corpus_path=self.corpus.path, complete=complete)
         path = self.store.save(os.path.join(self.cfg.out, "checkpoints"), ck, self.cfg.keep_checkpoints)
+        self.checkpointed = True
         if self.chars is not None and path:
             try:
                 charfile.carry_char_model(self.chars, replace(ck, path=path))
