@@ -146,6 +146,30 @@ def test_shared_negatives_one_draw_per_window():
     assert ok[:, 0, :3].sum() == 0 and ok[:, 7, 3:].sum() == 0
 
 
+def test_a_centre_without_context_has_no_outputs_to_count_or_flag():
+    """A kept word alone in its sentence trains nothing: its output slots weigh 0, so they
+    neither count as duplicates of a batch's rows (the duplicate cap) nor flag rows touched."""
+    tokens = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=np.int32)
+    starts = np.array([0, 9, 10], dtype=np.int64)            # sentence 2 is the lone word 2
+    counts = np.bincount(tokens, minlength=10)
+    tables = torch_kernel.DeviceTables(keep_probabilities(counts, 0.0), negative_table(counts), "cpu")
+    gen = torch.Generator().manual_seed(3)
+    kept, _, sentence = torch_kernel.subsample(torch.from_numpy(tokens).long(), torch.from_numpy(starts),
+                                               tables.keep, gen)
+    args = KernelArgs(keep_prob=tables.keep, neg_table=negative_table(counts), words_total=len(tokens),
+                      model="skipgram", window=2, negative=3, shared_negatives=True, batch_size=64)
+    layout = torch_kernel.lay_out(kept, sentence, torch.full((len(kept),), 0.025), tables, gen, args)
+    alone = layout.ok.sum(1) == 0
+    assert alone.tolist() == [i == 9 for i in range(len(tokens))]
+    assert layout.target_ok[alone].sum() == 0 and layout.target_ok[~alone, 0].min() == 1
+    ids, ok, batch = torch_kernel.block_slots(layout, layout.batch_rows, 10)
+    assert ok[alone].sum() == 0                                # the slots the counts and flags read
+    n = torch_kernel.duplicate_counts(ids, ok, batch, 2 * 10)
+    weighted = ids[ok > 0]
+    expected = [int((weighted == i).sum()) for i in weighted.tolist()]
+    assert n[ok > 0].tolist() == expected                      # one batch: each row's weighted slots
+
+
 def test_shared_negatives_reach_the_torch_kernel(demo, tmp_path):
     """--shared-negatives (the default) is honoured: another random stream than per-pair, and
     the run records it."""

@@ -203,9 +203,9 @@ def lay_out(kept, sentence, lr, tables, gen, args) -> Layout:
                       lr.repeat_interleave(m, output_size=n * m), ok.sum(), batch_size * m)
     negs = tables.draw_negatives((n, negative), gen)
     targets, target_ok = _targets(kept, negs)
+    has = ok.amax(1)
+    target_ok = target_ok * has[:, None]        # no context: no example (nor a duplicate or a touched row)
     if model == "cbow":
-        has = ok.amax(1)
-        target_ok = target_ok * has[:, None]    # no context: no example
         return Layout(contexts, ok, targets, target_ok, lr, has.sum(), batch_size)
     return Layout(contexts, ok, targets, target_ok, lr, ok.sum(), batch_size)
 

@@ -210,10 +210,9 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     if layout is None:
         return 0.0, 0, n_tokens
     losses = step_batches(w_in, w_out, layout, batch_size_of(args), capped=args.lr0 > UNCAPPED_MAX_RATE)
-    vocab = w_in.shape[0]
-    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
-    ok = torch.cat((layout.ok, layout.target_ok * layout.ok.amax(1, keepdim=True)), 1)
-    mark_touched((touched_in, touched_out), ids, ok)
+    # every slot with a weight (a centre without context has none on its outputs: lay_out)
+    ids = torch.cat((layout.contexts, layout.targets + w_in.shape[0]), 1)
+    mark_touched((touched_in, touched_out), ids, torch.cat((layout.ok, layout.target_ok), 1))
     # the block's one late read: the loss and the example count, summed on the device
     loss, n_examples = torch.stack((losses.double().sum(), layout.n_examples.double())).tolist()
     return math.fsum([loss]), int(n_examples), n_tokens
