@@ -230,11 +230,15 @@ def _zero(like):
     return torch.zeros(1, dtype=torch.int64, device=like.device)
 
 
+def slot_ids(layout: Layout, vocab: int):
+    """Every slot of a block in one id space (its context ids, then its output ids + V) and
+    their 0/1 weights (a centre without context has none on its outputs: lay_out)."""
+    return torch.cat((layout.contexts, layout.targets + vocab), 1), torch.cat((layout.ok, layout.target_ok), 1)
+
+
 def block_slots(layout: Layout, batch_rows: int, vocab: int):
-    """Every slot of a block in one id space (its context ids, then its output ids + V),
-    their 0/1 weights, and each row's batch number (``batch_rows`` rows a batch)."""
-    ids = torch.cat((layout.contexts, layout.targets + vocab), 1)
-    ok = torch.cat((layout.ok, layout.target_ok), 1)
+    """:func:`slot_ids`, and each row's batch number (``batch_rows`` rows a batch)."""
+    ids, ok = slot_ids(layout, vocab)
     batch = torch.div(torch.arange(len(layout.lr), device=ids.device), batch_rows, rounding_mode="floor")
     return ids, ok, batch
 

@@ -46,7 +46,7 @@ import torch
 
 from .common import MAX_EXP, SIGMOID_BIN_SCALE, SIGMOID_TABLE_SIZE, check_block, sigmoid_tables
 from .batch import batch_size_of
-from .torch_kernel import STABILITY, Layout, block_slots, duplicate_counts, mark_touched, prepare_block
+from .torch_kernel import STABILITY, Layout, block_slots, duplicate_counts, mark_touched, prepare_block, slot_ids
 
 try:
     import triton
@@ -210,9 +210,7 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     if layout is None:
         return 0.0, 0, n_tokens
     losses = step_batches(w_in, w_out, layout, batch_size_of(args), capped=args.lr0 > UNCAPPED_MAX_RATE)
-    # every slot with a weight (a centre without context has none on its outputs: lay_out)
-    ids = torch.cat((layout.contexts, layout.targets + w_in.shape[0]), 1)
-    mark_touched((touched_in, touched_out), ids, torch.cat((layout.ok, layout.target_ok), 1))
+    mark_touched((touched_in, touched_out), *slot_ids(layout, w_in.shape[0]))
     # the block's one late read: the loss and the example count, summed on the device
     loss, n_examples = torch.stack((losses.double().sum(), layout.n_examples.double())).tolist()
     return math.fsum([loss]), int(n_examples), n_tokens
