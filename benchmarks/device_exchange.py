@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from mpidwe.core.config import TrainConfig, parse_command
-from mpidwe.dist.comm import Comm
-from mpidwe.dist.device import DeviceStore
+from mpidwe.parallel.comm import Comm
+from mpidwe.parallel.device import DeviceStore
 from mpidwe.train import run
 
 

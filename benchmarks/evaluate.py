@@ -53,7 +53,7 @@ def main() -> int:
     p.add_argument("--restrict-vocab", type=int, default=30_000)
     a = p.parse_args()
 
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.io.corpus import Corpus
     from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity
     from mpidwe.io import refcache

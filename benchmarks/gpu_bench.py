@@ -90,7 +90,7 @@ def triton_bytes_per_word(corpus: str, dim: int) -> float:
 
 def train_one(corpus, out, kernel, device, dim, epochs, threads, keys):
     from mpidwe.core.config import TrainConfig
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.train import run
     sim, ana = keys
     res = run(TrainConfig(corpus=corpus, out=out, kernel=kernel, device=device, dim=dim, epochs=epochs,

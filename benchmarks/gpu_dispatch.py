@@ -182,7 +182,7 @@ def counting(run_fused: bool = True, fused: bool = False):
 def count_training(corpus: str, out: str, run_fused: bool = True, **options) -> tuple[Counts, int, float]:
     """Train with the torch kernel (``kernel="triton"``: the fused one) on the CPU under the
     counter: (counts, words, seconds)."""
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import TrainConfig
     from mpidwe.train import run
 
@@ -195,7 +195,7 @@ def count_training(corpus: str, out: str, run_fused: bool = True, **options) -> 
 
 
 def make_demo(directory: Path, tokens: int, seed: int = 1) -> str:
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig, SynthConfig
     from mpidwe.preprocess import run as preprocess
     from mpidwe.synth import write_demo

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig, SynthConfig, TrainConfig
     from mpidwe.kernels import torch_kernel
     from mpidwe.preprocess import run as preprocess

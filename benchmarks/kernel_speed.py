@@ -315,7 +315,7 @@ def load_h5_prefix(path: str, n_tokens: int):
 
 def stage_table(a) -> None:
     """Time the cumulative stages on a prefix of a preprocessed corpus; print the table."""
-    from mpidwe.dist.replicated import init_params as word2vec_init
+    from mpidwe.parallel.replicated import init_params as word2vec_init
     from mpidwe.kernels.chunk import Chunk, Schedule, targets_of
     from mpidwe.kernels.rows import Params
     tokens, starts, counts = load_h5_prefix(a.corpus_h5, a.stage_tokens)

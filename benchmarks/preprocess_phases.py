@@ -46,7 +46,7 @@ OPTIONS = ["--normalize", "text8", "--strip-doc-tags", "--min-count", "5"]
 def child(trace: str, argv: list[str]) -> int:
     """One rank: the command with every agreed step timed (seconds since the launch)."""
     t0 = float(os.environ["PHASES_T0"])
-    from mpidwe.dist import comm as comm_mod
+    from mpidwe.parallel import comm as comm_mod
     from mpidwe import preprocess
 
     steps = []

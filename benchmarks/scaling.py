@@ -131,7 +131,7 @@ def main() -> int:
             k = touched_rows(counts, keep, cfg1["negative"], every)
             row, share = [], []
             for m in modes:
-                if m == "auto":      # mpidwe.dist.rule.dense_pays, both matrices at once
+                if m == "auto":      # mpidwe.parallel.rule.dense_pays, both matrices at once
                     m = "dense" if p * k >= 2 * vocab else "sparse"
                 handled = p * k if m == "sparse" else 2 * vocab        # rows the sync's array work touches
                 per_sync = (model_bytes(m, p, vocab, dim, k) / bw + 2 * (p - 1) * ALPHA

@@ -29,7 +29,7 @@ prediction moves with it; ``--breakdown`` prints each term in ns per word). The
 steps are the run's own ``sync_steps`` where its metrics have them: the message rounds of
 every collective its syncs made, each counted by its usual algorithm (``Comm``'s
 accounting: P - 1 for an all-to-all and for a ring, ceil(log2 P) for recursive doubling;
-dist/comm.py, ``latency_steps``); in older runs 2 (P - 1) per sync, one all-to-all and one
+parallel/comm.py, ``latency_steps``); in older runs 2 (P - 1) per sync, one all-to-all and one
 allgather, which undercounts the tiers' syncs (per matrix a count allgather, a touch-count
 all-reduce, an all-to-all and an allgather). Parallel efficiency = compute / the sum: the share of an ideal
 P-fold speed-up a P-node job reaches. Each RUN_P predicts for its own P only: the costs

@@ -89,7 +89,7 @@ def run_mpidwe(corpus: str, out: str, ranks: int, threads: int, sync: str, epoch
 
 def prepare(a, work: str) -> tuple[str, str, int]:
     """The corpus (mpidwe) and the same normalised text (gensim), made once per workdir."""
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig
     from mpidwe.io.corpus import Corpus
     from mpidwe.preprocess import run as preprocess
@@ -116,7 +116,7 @@ def prepare(a, work: str) -> tuple[str, str, int]:
 
 def warm_corpus(work: str) -> str:
     """A small demo corpus to compile the kernels on, made once per workdir."""
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig, SynthConfig
     from mpidwe.preprocess import run as preprocess
     from mpidwe.synth import write_demo

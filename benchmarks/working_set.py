@@ -1,4 +1,4 @@
-"""The sharded store's working set and traffic per round, from its model (dist/rows.py).
+"""The sharded store's working set and traffic per round, from its model (parallel/rows.py).
 
     python benchmarks/working_set.py zipf [--words 20000000] [--tokens 50e9] [--dim 300]
         [--rounds 50000 200000] [--ranks 8 16 32 64]
@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpidwe.core.vocab import keep_probabilities  # noqa: E402
-from mpidwe.dist.rows import expected_working_set  # noqa: E402
+from mpidwe.parallel.rows import expected_working_set  # noqa: E402
 
 WINDOW, NEGATIVE, SAMPLE = 5, 5, 1e-4
 

@@ -30,7 +30,7 @@ import numpy as np
 from .core.config import TIERS_AUTO_MIN_RANKS, WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, parse_command, wire_of
 from .core.errors import MpidweError
 from .core.prog import prog
-from .dist.comm import Comm
+from .parallel.comm import Comm
 from .kernels.tokenize import warm_up
 
 PROG = prog("warm")
@@ -53,7 +53,7 @@ class Echo(Comm):
         return arr
 
     def reduce_parts_encoded(self, parts, wire: str, split=None) -> list:
-        from .dist.wire import decode_add, encode     # the codec's compiled loops
+        from .parallel.wire import decode_add, encode     # the codec's compiled loops
 
         out = []
         for arr, minus, counts, feedback, owner in parts:
@@ -81,7 +81,7 @@ def write_text(path: str) -> None:
 def warm_sync(cfg: TrainConfig, dim: int) -> None:
     """One multi-rank sync of ``cfg.sync`` over the two ranks of an :class:`Echo` (``auto``:
     two, a third of the rows touched, which goes sparse, then every row, which goes dense)."""
-    from .dist.replicated import Synchronizer
+    from .parallel.replicated import Synchronizer
 
     rng = np.random.default_rng(0)
     params = [rng.standard_normal((TEXT_WORDS, dim)).astype(np.float32) for _ in range(2)]

@@ -224,7 +224,7 @@ def tiny_text(tmp_path):
 
 def make_demo_corpus(directory, *, tokens: int, seed: int):
     """The demo text with its answer key, preprocessed into DIR/corpus.h5; returns DIR."""
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig, SynthConfig
     from mpidwe.preprocess import run as preprocess
     from mpidwe.synth import write_demo
@@ -238,7 +238,7 @@ def make_demo_corpus(directory, *, tokens: int, seed: int):
 def train_small_demo(demo, out, **options):
     """One serial run on a small demo corpus (dim 32, 2 epochs, 1 thread) with ``options``
     on top; returns the run's result. The unseen-word tests train their models this way."""
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import TrainConfig
     from mpidwe.train import run as train
 

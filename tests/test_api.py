@@ -10,7 +10,7 @@ import pytest
 import mpidwe
 from mpidwe.io import checkpoint
 from mpidwe.io.corpus import Corpus
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.core.errors import ConfigError, InputError
 from mpidwe.evaluate import evaluate_analogies, evaluate_similarity, read_analogies, read_similarity

@@ -13,7 +13,7 @@ PKG = Path(__file__).resolve().parents[1] / "mpidwe"
 
 # bottom to top: a module may import from its own layer or a lower one
 LAYERS = {
-    "mpidwe.version": 0, "mpidwe.core": 1, "mpidwe.kernels": 2, "mpidwe.io": 3, "mpidwe.dist": 4,
+    "mpidwe.version": 0, "mpidwe.core": 1, "mpidwe.kernels": 2, "mpidwe.io": 3, "mpidwe.parallel": 4,
     "mpidwe.evaluate": 5, "mpidwe.synth": 5, "mpidwe.preprocess": 6, "mpidwe.train": 7, "mpidwe.api": 8,
     "mpidwe.evaluate.cli": 9, "mpidwe.evaluate.__main__": 9, "mpidwe.inspect": 9, "mpidwe.demo": 9,
     "mpidwe.cli": 9, "mpidwe.warm": 9, "mpidwe": 10,
@@ -134,7 +134,7 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
     """The two checks above would fail on a tree that has what they forbid."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
-    assert _layer("mpidwe.core.vocab") < _layer("mpidwe.dist.sharded") < _layer("mpidwe.train.loop")
+    assert _layer("mpidwe.core.vocab") < _layer("mpidwe.parallel.sharded") < _layer("mpidwe.train.loop")
     assert "mpidwe.train.runner" in _imports()["mpidwe.train.follow"]
 
 

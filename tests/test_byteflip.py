@@ -55,7 +55,7 @@ def _text(directory: Path) -> Path:
 
 
 def make_corpus(directory: Path) -> Path:
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig
     from mpidwe.preprocess import run
 
@@ -164,7 +164,7 @@ def read_corpus_append(path: str) -> str:
     import shutil
 
     from mpidwe.core.config import PreprocessConfig
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.io.corpus import Corpus
     from mpidwe.preprocess import run
 

@@ -13,7 +13,7 @@ import pytest
 import mpidwe
 from mpidwe.core.charmodel import CharModel, CharModelOptions, fit
 from mpidwe.core.config import PreprocessConfig, TrainConfig
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.io import charfile, checkpoint
 from mpidwe.preprocess import run as preprocess
 from mpidwe.train import run as train

@@ -13,7 +13,7 @@ import pytest
 import mpidwe
 from mpidwe.io import charfile, checkpoint
 from mpidwe.core.charmodel import CharModelOptions, corrupt, fit
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.core.errors import ConfigError, InputError
 from mpidwe.train import run as train

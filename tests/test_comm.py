@@ -4,7 +4,7 @@ jobs of 1 to 5 ranks."""
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm, ring_plan
+from mpidwe.parallel.comm import Comm, ring_plan
 from mpidwe.core.errors import EXIT_DIVERGED, ConfigError, InputError
 
 

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 
 from mpidwe.core.config import TrainConfig  # noqa: E402
 from mpidwe.core.errors import EXIT_USAGE, ConfigError, MpidweError  # noqa: E402
-from mpidwe.dist import torchdist  # noqa: E402
-from mpidwe.dist.comm import Comm  # noqa: E402
-from mpidwe.dist.store import StoreSetup  # noqa: E402
+from mpidwe.parallel import torchdist  # noqa: E402
+from mpidwe.parallel.comm import Comm  # noqa: E402
+from mpidwe.parallel.store import StoreSetup  # noqa: E402
 from mpidwe.train import plan as plan_module  # noqa: E402
 from mpidwe.train.plan import choose_compute, resolve_device, resolve_kernel  # noqa: E402
 from mpidwe.train.rundir import summary_line  # noqa: E402
@@ -157,7 +157,7 @@ def test_on_cuda_the_store_puts_the_parameters_on_the_gpu(two_gpus, monkeypatch)
     """The whole choice on a (mocked) CUDA node: the plan's device and kernel give the device
     store, whose parameters and touched masks are created on cuda:0 (the mock records where
     each tensor is asked to live and keeps it on the CPU)."""
-    from mpidwe.dist.device import DeviceStore
+    from mpidwe.parallel.device import DeviceStore
 
     monkeypatch.setattr(plan_module, "_triton_available", lambda: True)
     config = cfg(exchange="torch")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig, SynthConfig
 from mpidwe.evaluate import evaluate_similarity, read_similarity
 from mpidwe.preprocess import run as preprocess

@@ -237,7 +237,7 @@ def test_pip_without_common_words(tmp_path, capsys):
 
 
 def test_pip_refuses_vectors_of_another_dimension(tmp_path):
-    from mpidwe.dist.comm import Comm
+    from mpidwe.parallel.comm import Comm
     from mpidwe.core.config import PreprocessConfig
     from mpidwe.io.vectors import write_word2vec
     from mpidwe.preprocess import run as preprocess

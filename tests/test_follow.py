@@ -15,7 +15,7 @@ import pytest
 
 import mpidwe
 from mpidwe.io import checkpoint
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.train.follow import Follower, FollowState, ready_files

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mpidwe.io import checkpoint  # noqa: E402
-from mpidwe.dist.comm import Comm  # noqa: E402
+from mpidwe.parallel.comm import Comm  # noqa: E402
 from mpidwe.core.config import TrainConfig  # noqa: E402
 from mpidwe.kernels import torch_kernel  # noqa: E402
 from mpidwe.kernels.args import KernelArgs  # noqa: E402
@@ -276,7 +276,7 @@ def test_adaptive_batch_follows_the_words_per_rank():
 
 # ------------------------------------------------------------------ device-resident parameters
 def test_parameters_stay_on_the_device_until_a_checkpoint(demo, tmp_path, monkeypatch):
-    from mpidwe.dist import device
+    from mpidwe.parallel import device
 
     downloads = []
     real = device.DeviceStore.host

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig, SynthConfig
 from mpidwe.io import corpus_id
 from mpidwe.io.corpus import Corpus, segment_range

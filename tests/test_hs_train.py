@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import MIN_SYNC_EVERY, TrainConfig
 from mpidwe.train import run as train
 
@@ -135,7 +135,7 @@ def test_a_checkpoint_without_a_loss_resumes_as_negative_sampling(demo, tmp_path
 
 
 def test_a_checkpoint_trained_at_another_scale_is_refused_on_the_same_ranks(demo, tmp_path):
-    """A change of the scale rule (dist/rule.py) must not continue an old run at another
+    """A change of the scale rule (parallel/rule.py) must not continue an old run at another
     rate: on the ranks and length that wrote it, a checkpoint's lr_scale must be the plan's; a
     re-planned run (other ranks, more epochs) takes its plan's, and a checkpoint without one
     is taken as it is."""

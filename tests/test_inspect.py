@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.train import run as train
 

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.core.errors import InputError

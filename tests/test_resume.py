@@ -12,7 +12,7 @@ import pytest
 
 from mpidwe.io import checkpoint
 from mpidwe.io.corpus import Corpus
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run as preprocess
 

@@ -1,5 +1,5 @@
 """The sharded store's round sized by a memory budget (issue 23, item 7): the arithmetic of
-dist/rows.py and train/plan.sharded_round. The run at 1.5M words that checks the bound on
+parallel/rows.py and train/plan.sharded_round. The run at 1.5M words that checks the bound on
 real ranks is tests/test_sharded.py::test_defaults_hold_half_a_replica (slow)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from mpidwe.core.config import TrainConfig
 from mpidwe.core.errors import ConfigError, MpidweError
 from mpidwe.core.vocab import keep_probabilities
-from mpidwe.dist.rows import (DEFAULT_HEADROOM, RUNTIME_BYTES, VOCAB_BYTES_PER_WORD, MiB, RoundMemory,
+from mpidwe.parallel.rows import (DEFAULT_HEADROOM, RUNTIME_BYTES, VOCAB_BYTES_PER_WORD, MiB, RoundMemory,
                               default_budget, expected_working_set, fixed_bytes, round_bytes)
 from mpidwe.train.plan import SYNC_EVERY_MIN, auto_sync_every, sharded_round
 from mpidwe.train.rundir import summary_line

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.core.errors import InputError
 from mpidwe.train import run as train

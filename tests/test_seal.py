@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mpidwe.io import formats
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.io.corpus import D_SENTENCES, D_TOKENS, Corpus
 from mpidwe.core.errors import InputError

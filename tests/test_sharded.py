@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.dist import rows as store
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel import rows as store
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig, SynthConfig
 from mpidwe.preprocess import run as preprocess
 from mpidwe.synth import write_demo

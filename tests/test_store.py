@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from mpidwe.io import checkpoint
-from mpidwe.dist import rows as store
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel import rows as store
+from mpidwe.parallel.comm import Comm
 from mpidwe.io.formats import check_seal
 from mpidwe.kernels import cpu
 from mpidwe.kernels.args import KernelArgs
 from mpidwe.kernels.plan import plan_block
-from mpidwe.dist.sharded import ShardStore, init_own_rows
-from mpidwe.dist.rule import _apply_rows, apply_pushed
-from mpidwe.dist.replicated import init_params
+from mpidwe.parallel.sharded import ShardStore, init_own_rows
+from mpidwe.parallel.rule import _apply_rows, apply_pushed
+from mpidwe.parallel.replicated import init_params
 from mpidwe.core.vocab import keep_probabilities, negative_table
 
 

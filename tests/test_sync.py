@@ -4,10 +4,10 @@ ranks."""
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.errors import ConfigError
-from mpidwe.dist.replicated import Synchronizer
-from mpidwe.dist.rule import LONG_RUN_WORDS, _apply_rows, dense_pays, lr_scale, row_divisors
+from mpidwe.parallel.replicated import Synchronizer
+from mpidwe.parallel.rule import LONG_RUN_WORDS, _apply_rows, dense_pays, lr_scale, row_divisors
 
 
 def test_lr_scale_is_linear_up_to_the_stable_cap():
@@ -27,7 +27,7 @@ def test_long_runs_on_5_ranks_and_more_train_at_a_lower_rate():
     (docs/sync-modes.md); and no rank trains above LONG_RUN_MAX_LOCAL_LR (16 ranks at 8 x
     diverged over four epochs, at 6 x they did not): 6 x from 13 ranks on at the default
     --lr; shorter runs keep min(P, cap); average, HS's cap and 1-4 ranks are unchanged."""
-    from mpidwe.dist.rule import LONG_RUN_MAX_LOCAL_LR
+    from mpidwe.parallel.rule import LONG_RUN_MAX_LOCAL_LR
 
     long = LONG_RUN_WORDS
     assert LONG_RUN_MAX_LOCAL_LR == 0.15

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpidwe.io import text
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig, TrainConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.io import vectors

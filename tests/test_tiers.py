@@ -6,8 +6,8 @@ import pytest
 
 from mpidwe.core.config import TrainConfig, parse_command
 from mpidwe.core.errors import MpidweError
-from mpidwe.dist import wire
-from mpidwe.dist.replicated import Tiers
+from mpidwe.parallel import wire
+from mpidwe.parallel.replicated import Tiers
 
 
 def test_hot_rows_every_sync_more_at_rarer_syncs_and_every_row_at_the_full_one():
@@ -135,7 +135,7 @@ def test_decode_add_sums_into_its_target():
 
 @pytest.mark.parametrize("name,levels", [("int8", 127.0), ("int4", 7.0)])
 def test_the_scale_is_the_rows_largest_magnitude_over_the_levels_exactly(name, levels):
-    """The encoders find the largest |value| on the float32 bits (dist/wire.py _scale): it
+    """The encoders find the largest |value| on the float32 bits (parallel/wire.py _scale): it
     must be the float maximum itself, whichever sign holds it, down to subnormal rows."""
     rng = np.random.default_rng(3)
     rows = (rng.standard_normal((200, 37)) * rng.uniform(1e-30, 1e3, (200, 1))).astype(np.float32)
@@ -171,7 +171,7 @@ def test_applying_encoded_sums_gives_the_bits_of_decoding_them_first(name, d):
     """The sync applies the summed changes as it decodes them (rule.apply_encoded): the same
     float32 parameters, bases and largest value as decoding into a zeroed array and applying
     that (rule._apply_dense), for rows with a NaN, zero rows and rows no rank touched."""
-    from mpidwe.dist.rule import _apply_dense, apply_encoded, row_divisors
+    from mpidwe.parallel.rule import _apply_dense, apply_encoded, row_divisors
 
     rng = np.random.default_rng(d)
     n = 60

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.preprocess import run
 from mpidwe.io.text import (Boundary, ScanStats, TextOptions, describe_source, estimated_size, find_boundaries,

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import TrainConfig
 from mpidwe.train import run as train
 

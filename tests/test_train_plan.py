@@ -6,13 +6,13 @@ import re
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm, latency_steps
+from mpidwe.parallel.comm import Comm, latency_steps
 from mpidwe.core.config import PreprocessConfig, TrainConfig
 from mpidwe.io.corpus import Corpus
 from mpidwe.preprocess import run as preprocess
 from mpidwe.train.stream import ShardStream
 from mpidwe.train.plan import binding_warning, count_rounds, learning_rate, rng_seeds, round_targets
-from mpidwe.dist.replicated import init_params
+from mpidwe.parallel.replicated import init_params
 
 from conftest import ROOT
 

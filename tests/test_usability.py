@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpidwe.dist import deathwatch
+from mpidwe.parallel import deathwatch
 from mpidwe.core.config import TrainConfig, PreprocessConfig, parse_command
 from mpidwe.core.errors import ConfigError
 from mpidwe.train.progress import ProgressLog, bar_wanted

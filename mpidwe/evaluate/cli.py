@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from ..dist.comm import Comm, run_main
+from ..parallel.comm import Comm, run_main
 from ..core.config import parse_command, to_dict
 from ..core.errors import InputError
 from ..core.prog import prog

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 from ..io.corpus import Corpus
 from ..core.errors import ConfigError
 from ..io import refcache

@@ -6,7 +6,7 @@ Backends (import the one you need; importing this package loads neither numba no
 * ``kernels.torch_kernel`` batched torch, for CUDA (and CPU, for tests);
 * ``kernels.triton_kernel`` skip-gram with shared negatives, one fused Triton launch per batch
   of the torch kernel's own layout (``--kernel triton``, the CUDA default where it applies;
-  the device store (dist/device.py) calls it where ``args.fused``);
+  the device store (parallel/device.py) calls it where ``args.fused``);
 * ``kernels.reference``    plain numpy, readable and slow; the tests' yardstick.
 
 All three have the same entry point (``torch_hs.train_block``, the torch kernel's
@@ -71,7 +71,7 @@ The fields of ``args`` (KernelArgs):
   ``w_in`` has V + buckets rows and ``touched_in`` as many), and every one of those rows
   receives the whole change of that mean. The random draws do not change. numba and
   reference kernels only.
-* ``neg_slots`` (cpu only; the sharded store, mpidwe/dist/sharded.py): int32 [V_global]. The
+* ``neg_slots`` (cpu only; the sharded store, mpidwe/parallel/sharded.py): int32 [V_global]. The
   matrices then hold a block's working set, not the vocabulary: ``tokens`` are slots,
   ``w_in``/``keep_prob``/``touched_in`` cover the block's token rows and ``w_out``/
   ``touched_out`` those plus the rows only noise words reach, while ``neg_table`` stays the

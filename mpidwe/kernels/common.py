@@ -68,7 +68,7 @@ def check_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     train on copies; cheap next to training (one pass over the block's ids). Numpy
     parameters get their dtypes and layout checked too (the torch kernels take tensors).
 
-    With ``args.neg_slots`` (the sharded store's working set, mpidwe/dist/rows.py) the matrices
+    With ``args.neg_slots`` (the sharded store's working set, mpidwe/parallel/rows.py) the matrices
     hold only the block's rows: ``w_in`` the block's token rows (slots [0, T)), ``w_out`` those
     and then the rows only negatives reach (slots [T, W)); ``tokens`` are slots,
     ``keep_prob`` and ``touched_in`` have T entries, ``touched_out`` W, and ``neg_table``

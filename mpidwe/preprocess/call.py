@@ -6,7 +6,7 @@ import os
 
 from ..core.config import PreprocessConfig, from_mapping, keyword_message
 from ..core.errors import MpidweError
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 from .pipeline import run
 
 PATH_OPTIONS = ("output", "append", "hold_out")

@@ -8,8 +8,8 @@ import sys
 
 from ..core.config import PreprocessConfig, parse_command
 from ..core.prog import prog
-from ..dist import deathwatch
-from ..dist.comm import Comm, run_main
+from ..parallel import deathwatch
+from ..parallel.comm import Comm, run_main
 from .output import h5_write_failed
 from .pipeline import run
 from .signals import Interrupted, Signals, report_interrupt

@@ -11,7 +11,7 @@ import time
 
 from ..core.config import PreprocessConfig
 from ..core.errors import InputError
-from ..dist import deathwatch
+from ..parallel import deathwatch
 from ..io import corpus as corpus_io
 from ..io.fsutil import DirLock, file_sha256, reason
 from .tempfiles import host_name, remove_leftovers
@@ -46,7 +46,7 @@ def check_output(cfg: PreprocessConfig) -> None:
 
 def died_marker(cfg: PreprocessConfig) -> str:
     """The name, beside the output, of the file the watcher of a rank killed by a signal
-    claims (dist/deathwatch.py): one per output, so runs to other outputs are not confused."""
+    claims (parallel/deathwatch.py): one per output, so runs to other outputs are not confused."""
     return f".{os.path.basename(cfg.output)}.rank-died"
 
 

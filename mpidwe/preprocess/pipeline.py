@@ -22,8 +22,8 @@ import numpy as np
 
 from ..core.config import PreprocessConfig, to_json
 from ..core.errors import InputError
-from ..dist import deathwatch
-from ..dist.comm import Comm
+from ..parallel import deathwatch
+from ..parallel.comm import Comm
 from ..io import corpus as corpus_io
 from ..io.fsutil import file_sha256, fsync_dir, reason
 from ..io.text import Piece, ScanStats, Source, TextOptions

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 
 
 class Interrupted(BaseException):

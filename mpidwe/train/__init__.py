@@ -1,6 +1,6 @@
 """Training: ``python -m mpidwe.train``, ``mpidwe.train.run(cfg, comm)`` and ``mpidwe.train(**options)``.
 
-Every rank streams its shard of the corpus, the parameter store it was given (dist/store.py)
+Every rank streams its shard of the corpus, the parameter store it was given (parallel/store.py)
 trains the rank's words of a round and combines the ranks at its end; the number of rounds
 is fixed before training from the largest shard, so every rank makes the same collectives in
 the same order. The modules, in the order a run meets them:

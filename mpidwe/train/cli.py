@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core.config import TrainConfig, parse_command
 from ..core.errors import EXIT_REQUEUE
-from ..dist.comm import Comm, run_main
+from ..parallel.comm import Comm, run_main
 from .progress import setup_cli_logging
 from .rundir import PROG
 from .runner import StopRequest, run

@@ -7,7 +7,7 @@ import os
 
 from ..core.config import PreprocessConfig, TrainConfig, from_mapping, keyword_message, to_dict
 from ..core.errors import ConfigError, InputError, MpidweError
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 from ..evaluate.wordvectors import SubwordOOV, WordVectors, check_matrix, oov_model
 from ..io.corpus import Corpus
 from ..io.formats import HDF5_SIGNATURE, SEAL_MAGIC

@@ -31,7 +31,7 @@ import shutil
 import time
 
 from .. import preprocess
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 from ..core.config import PreprocessConfig, TrainConfig
 from ..io import checkpoint
 from ..io.corpus import Corpus

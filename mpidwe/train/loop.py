@@ -1,4 +1,4 @@
-"""The round loop: one :class:`Trainer` over one parameter store (dist/store.py).
+"""The round loop: one :class:`Trainer` over one parameter store (parallel/store.py).
 
 Each round every rank takes its words of the round from its stream, the store trains them
 and syncs the ranks; one small all-reduce sums the round (:class:`RoundTotals`) so that every
@@ -23,8 +23,8 @@ from ..core.balance import SpeedWeights, split_points
 from ..core.guard import DivergenceGuard
 from ..core.subwords import build_table
 from ..core.vocab import keep_probabilities, negative_table
-from ..dist.comm import Comm
-from ..dist.store import Store, Work
+from ..parallel.comm import Comm
+from ..parallel.store import Store, Work
 from ..evaluate.suite import Evaluator, evaluation_ids
 from ..io import charfile, checkpoint
 from ..io.corpus import Corpus
@@ -406,7 +406,7 @@ class Trainer:
             # --sync auto: how many (sync, matrix) pairs went dense, the rest sparse
             "sync_dense": s.dense_syncs,
             # the syncs' latency steps: every collective's message rounds by its usual
-            # algorithm (dist/comm.py latency_steps), the same on every rank
+            # algorithm (parallel/comm.py latency_steps), the same on every rank
             "sync_steps": s.steps,
             "comm_bytes": [int(r[0]) for r in per_rank],
             "comm_seconds": [round(r[1], 4) for r in per_rank],

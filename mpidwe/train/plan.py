@@ -19,9 +19,9 @@ from ..core.config import MIN_SYNC_EVERY, TrainConfig, tiers_of, to_dict, wire_o
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
-from ..dist.comm import Comm
-from ..dist.rows import MiB, RoundMemory, default_budget, fixed_bytes
-from ..dist.rule import lr_scale
+from ..parallel.comm import Comm
+from ..parallel.rows import MiB, RoundMemory, default_budget, fixed_bytes
+from ..parallel.rule import lr_scale
 from ..io.corpus import Corpus, Shard
 from ..kernels.args import KernelArgs
 from ..kernels.common import learning_rate as kernel_learning_rate
@@ -118,7 +118,7 @@ def sharded_round(cfg: TrainConfig, counts: np.ndarray, interval: int, world_siz
                   ) -> tuple[int, str, int]:
     """--store sharded: (words per rank per round, what bounded them, the budget in bytes).
     The round is cut where its expected working set would not fit in the budget beside the
-    rank's own rows, vocabulary and runtime (dist/rows.py); where the budget does not bind the
+    rank's own rows, vocabulary and runtime (parallel/rows.py); where the budget does not bind the
     interval stays as it is, and so does the model. ``share``: the smallest node memory per
     rank (0: unknown)."""
     v = len(counts)
@@ -307,7 +307,7 @@ class Plan:
     rounds: int
     targets: np.ndarray        # this rank's cumulative local words at the end of each round
     words_total: int           # global words of the whole run
-    scale: int                 # every rank trains at scale x lr (dist/rule.py)
+    scale: int                 # every rank trains at scale x lr (parallel/rule.py)
     resolved: dict             # the configuration as run: config.json and every checkpoint
     binding: str = ""          # a warning where the ranks' CPU binding does not fit their threads
 

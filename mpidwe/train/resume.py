@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.config import TrainConfig, from_mapping, to_dict
 from ..core.errors import InputError
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 from ..io import checkpoint
 from ..io.corpus import Corpus, Shard
 from .plan import SYNC_EVERY_MIN, Plan, learning_rate, rng_seeds, round_targets
@@ -136,7 +136,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
     same_cap = ck.config.get("max_local_lr") == resolved.get("max_local_lr")
     if same_plan and same_cap and old_scale is not None and old_scale != resolved.get("lr_scale"):
         # the same options, ranks and length, another scale: the rule changed since
-        # (dist/rule.py); continuing at another rate would silently change the run (a
+        # (parallel/rule.py); continuing at another rate would silently change the run (a
         # re-planned run, on other ranks or with more epochs, takes its new plan's scale)
         raise InputError(f"cannot resume from {ck.path}: its {world} ranks trained at {old_scale} x --lr, and "
                          f"this mpidwe trains this run at {resolved.get('lr_scale')} x (the rule changed, "

@@ -9,7 +9,7 @@ import os
 from ..core.config import TrainConfig, feedback_of
 from ..core.errors import InputError
 from ..core.prog import prog
-from ..dist import deathwatch
+from ..parallel import deathwatch
 from ..io import checkpoint
 from ..io.fsutil import DirLock, atomic_write, reason, remove_leftovers
 from ..version import __version__

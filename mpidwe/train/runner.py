@@ -2,7 +2,7 @@
 
 Every rank opens the corpus, fixes the plan (train/plan.py), loads the state it resumes from
 or starts a fresh one (train/resume.py, train/warm.py), builds the parameter store that holds
-it (dist/store.py: replicated, sharded or on the device) and hands both to the round loop
+it (parallel/store.py: replicated, sharded or on the device) and hands both to the round loop
 (train/loop.py). Rank 0 holds the run directory's lock for the whole run (train/rundir.py).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 from ..core.config import TrainConfig
-from ..dist import deathwatch
-from ..dist.comm import Comm
-from ..dist.store import Store, StoreSetup
+from ..parallel import deathwatch
+from ..parallel.comm import Comm
+from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Compute, Plan, choose_compute, make_plan
@@ -110,14 +110,14 @@ def store_class(cfg: TrainConfig, plan: Plan) -> type[Store]:
     """Where this run's parameters live: spread over the ranks (--store sharded), on the
     torch kernel's device, or replicated in every rank's memory."""
     if cfg.store == "sharded":
-        from ..dist.sharded import ShardedStore
+        from ..parallel.sharded import ShardedStore
 
         return ShardedStore
     if plan.kernel in ("torch", "triton"):     # triton: the torch kernel's store, KernelArgs.fused
-        from ..dist.device import DeviceStore
+        from ..parallel.device import DeviceStore
 
         return DeviceStore
-    from ..dist.replicated import ReplicatedStore
+    from ..parallel.replicated import ReplicatedStore
 
     return ReplicatedStore
 

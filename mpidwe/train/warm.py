@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.config import TrainConfig
 from ..core.errors import InputError
-from ..dist.comm import Comm
+from ..parallel.comm import Comm
 from ..io import checkpoint
 from ..io.corpus import Corpus
 from .plan import Plan

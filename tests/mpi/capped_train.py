@@ -15,10 +15,10 @@ import sys
 import h5py  # noqa: F401  (imported before the baseline is taken, as training imports it)
 import numba  # noqa: F401
 
-from mpidwe.dist import sharded
+from mpidwe.parallel import sharded
 from mpidwe import train  # noqa: F401
 from mpidwe.core.config import TrainConfig, parse_command
-from mpidwe.dist.comm import Comm, run_main
+from mpidwe.parallel.comm import Comm, run_main
 
 
 def vm_data() -> int:

@@ -9,7 +9,7 @@ import sys
 import time
 
 from mpidwe import train
-from mpidwe.dist.replicated import ReplicatedStore
+from mpidwe.parallel.replicated import ReplicatedStore
 
 factor = float(sys.argv[1])
 original = ReplicatedStore._step

@@ -5,7 +5,7 @@ import pytest
 
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.core.errors import InputError, MpidweError
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.io import corpus as corpus_io
 from mpidwe.preprocess import pipeline, run
 

@@ -1,4 +1,4 @@
-"""The collectives of mpidwe.dist.comm against MPI's own, on jobs of 1 to 5 ranks.
+"""The collectives of mpidwe.parallel.comm against MPI's own, on jobs of 1 to 5 ranks.
 
 Each test runs on ``Comm.world()`` and on ``COMM_SELF`` inside a job (a world of one among
 other ranks: a collective that reached past its communicator would hang or count them). The
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpidwe.dist.comm import Comm, latency_steps, ring_plan
+from mpidwe.parallel.comm import Comm, latency_steps, ring_plan
 from mpidwe.core.errors import EXIT_DIVERGED, ConfigError, InputError, MpidweError
 
 CHUNK_BYTES = (1, 8, 16, 24, 100, 4 << 20)

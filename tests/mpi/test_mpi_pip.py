@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.evaluate import pip, sppmi
 from mpidwe.io.corpus import Corpus
 

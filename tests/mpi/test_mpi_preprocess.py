@@ -12,7 +12,7 @@ import pytest
 
 from mpidwe.core.config import PreprocessConfig
 from mpidwe.core.errors import MpidweError
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.io import corpus as corpus_io
 from mpidwe.io import corpus_id as cid
 from mpidwe.preprocess import run

@@ -5,8 +5,8 @@ bit-identical. (A world of one never combines anything: tests/test_sync.py has i
 import numpy as np
 import pytest
 
-from mpidwe.dist.comm import Comm
-from mpidwe.dist.replicated import Synchronizer
+from mpidwe.parallel.comm import Comm
+from mpidwe.parallel.replicated import Synchronizer
 
 # on each test, not as pytestmark: mpi-pytest reads the marks of the function
 on_2_3_4_ranks = pytest.mark.parallel([2, 3, 4])

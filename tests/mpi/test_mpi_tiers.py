@@ -6,9 +6,9 @@ ends with every rank holding the same parameters."""
 import numpy as np
 import pytest
 
-from mpidwe.dist import wire
-from mpidwe.dist.comm import Comm, latency_steps
-from mpidwe.dist.replicated import Synchronizer, rest_of
+from mpidwe.parallel import wire
+from mpidwe.parallel.comm import Comm, latency_steps
+from mpidwe.parallel.replicated import Synchronizer, rest_of
 
 from test_mpi_train import demo, train_here  # noqa: F401  (demo: the module's corpus fixture)
 
@@ -277,9 +277,9 @@ def test_the_device_store_combines_in_tiers_as_the_host_synchronizer_does(mode, 
     import torch
 
     from mpidwe.core.config import TrainConfig
-    from mpidwe.dist.device import DeviceStore
-    from mpidwe.dist.replicated import Tiers
-    from mpidwe.dist.store import StoreSetup
+    from mpidwe.parallel.device import DeviceStore
+    from mpidwe.parallel.replicated import Tiers
+    from mpidwe.parallel.store import StoreSetup
 
     comm = Comm.world()
     cfg = TrainConfig(corpus="c.h5", out="o", kernel="torch", device="cpu", sync=mode, wire=wire_name,

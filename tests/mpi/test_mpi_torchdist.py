@@ -1,4 +1,4 @@
-"""``--exchange torch`` (dist/torchdist.py, gloo on CPU torch here): the device store's rows go
+"""``--exchange torch`` (parallel/torchdist.py, gloo on CPU torch here): the device store's rows go
 between ranks over torch.distributed and are combined by the rule in torch ops. It gives the
 model the MPI exchange gives (bit for bit with --sync sparse at any rank count, and with
 every mode at 2 ranks; to float32 rounding for the all-reduce modes beyond, where the sum's
@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mpidwe.core.config import TrainConfig, parse_command  # noqa: E402
-from mpidwe.dist.comm import Comm  # noqa: E402
-from mpidwe.dist.device import DeviceStore  # noqa: E402
-from mpidwe.dist.rule import lr_scale  # noqa: E402
-from mpidwe.dist.store import StoreSetup  # noqa: E402
+from mpidwe.parallel.comm import Comm  # noqa: E402
+from mpidwe.parallel.device import DeviceStore  # noqa: E402
+from mpidwe.parallel.rule import lr_scale  # noqa: E402
+from mpidwe.parallel.store import StoreSetup  # noqa: E402
 from mpidwe.train import run  # noqa: E402
 
 from conftest import made_once, make_demo_corpus  # noqa: E402

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from mpi4py import MPI
 
-from mpidwe.dist.comm import Comm
+from mpidwe.parallel.comm import Comm
 from mpidwe.core.config import TrainConfig, parse_command
 from mpidwe.io import checkpoint
 from mpidwe.train import run

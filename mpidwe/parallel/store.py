@@ -4,12 +4,12 @@ The round loop (mpidwe/train/loop.py) says "train these pieces, then sync"; a st
 where the rows live and how the ranks combine them, and it is the only one that touches
 them. Three stores implement :class:`Store`:
 
-* :class:`~mpidwe.dist.replicated.ReplicatedStore`: both matrices on every rank, trained by
-  the numba kernel; a sync combines the ranks' changes by the scaled-mean rule (dist/rule.py),
+* :class:`~mpidwe.parallel.replicated.ReplicatedStore`: both matrices on every rank, trained by
+  the numba kernel; a sync combines the ranks' changes by the scaled-mean rule (parallel/rule.py),
   sending touched rows (``--sync sparse``) or whole matrices (``dense``, ``average``);
-* :class:`~mpidwe.dist.device.DeviceStore`: the same model, its parameters resident on the
+* :class:`~mpidwe.parallel.device.DeviceStore`: the same model, its parameters resident on the
   torch device for the whole run (``--kernel torch``);
-* :class:`~mpidwe.dist.sharded.ShardedStore`: every rank owns every P-th row (``--store
+* :class:`~mpidwe.parallel.sharded.ShardedStore`: every rank owns every P-th row (``--store
   sharded``); a round pulls the rows it will touch, trains them and pushes the changes back
   to their owners.
 
@@ -59,7 +59,7 @@ class StoreSetup:
     """What a store needs to know of the run besides its parameters."""
 
     cfg: TrainConfig
-    scale: int                     # every rank trains at scale x --lr (dist/rule.py)
+    scale: int                     # every rank trains at scale x --lr (parallel/rule.py)
     device: str                    # where a device store keeps the parameters ("cpu", "cuda:N")
     vocab_size: int
     threads: int = 1               # the rank's threads (the kernel's, and the sync's array work)

@@ -11,7 +11,7 @@ directly (no default group, nothing global: two runs in one process each have th
 Every rank calls the same collectives in the same order (the store's sync does). A
 collective that fails (a peer died, the timeout passed) raises on the ranks that see it;
 like an MPI failure, this rank then leaves the blame to the dead peer's watcher
-(dist/deathwatch.py) and ``run_main`` aborts the whole job.
+(parallel/deathwatch.py) and ``run_main`` aborts the whole job.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _backend(backend: str, store, rank: int, size: int):
 
 
 class TorchGroup:
-    """The ranks of a :class:`~mpidwe.dist.comm.Comm` as a torch.distributed group, with the
+    """The ranks of a :class:`~mpidwe.parallel.comm.Comm` as a torch.distributed group, with the
     same byte and time accounting as ``Comm``. Tensors stay where they are: on the device
     with NCCL, on the CPU with gloo."""
 

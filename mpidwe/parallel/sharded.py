@@ -1,6 +1,6 @@
 """``--store sharded``: a model larger than one rank's memory (docs/sync-modes.md, "Sharded store").
 
-Each rank owns every P-th row of both matrices (dist/rows.py) and nothing else. A sync
+Each rank owns every P-th row of both matrices (parallel/rows.py) and nothing else. A sync
 round is one block:
 
 1. *plan*: the rank takes its words of the round and replays the kernel's random draws

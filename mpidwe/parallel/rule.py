@@ -1,7 +1,7 @@
 """The scaled-mean rule: how the ranks' changes become one set of parameters (docs/sync-modes.md).
 
 Pure math (numbers and arrays in, arrays out; no Comm): the stores in this package move the
-rows (dist/replicated.py, dist/sharded.py, dist/device.py) and apply this rule to them.
+rows (parallel/replicated.py, parallel/sharded.py, parallel/device.py) and apply this rule to them.
 
 Between two syncs every rank trains its own copy of the parameters from the same starting
 point (``base``, the values at the last sync). A sync turns the ranks' changes
@@ -235,7 +235,7 @@ def _apply_coded(q, scales, packed, base, param, divisors, counts):
 
 def apply_encoded(data: np.ndarray, wire: str, base, param, divisors, counts) -> float:
     """:func:`_apply_dense` of the summed changes as an encoded all-reduce hands them over
-    (``data``: uint8 rows, dist/wire.py): int8 and int4 decoded row by row as applied, other
+    (``data``: uint8 rows, parallel/wire.py): int8 and int4 decoded row by row as applied, other
     wires decoded first."""
     if wire not in ("int8", "int4"):
         return _apply_dense(base, param, decode(data, wire, base.shape[1]), divisors, counts)

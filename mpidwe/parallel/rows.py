@@ -1,7 +1,7 @@
 """The sharded parameter store's arithmetic: who owns which row, and a block's working set.
 
 Pure functions of ints and arrays (rank and world size are ints; no Comm, no files), used
-by mpidwe/dist/sharded.py, which does the communication (docs/sync-modes.md, "Sharded store").
+by mpidwe/parallel/sharded.py, which does the communication (docs/sync-modes.md, "Sharded store").
 
 Ownership is strided: global row ``w`` lives on rank ``w % P`` at local index ``w // P``.
 Word ids are ranked by frequency (the corpus sorts its vocabulary), so striding deals the
@@ -117,7 +117,7 @@ def expected_working_set(block_tokens: int, counts: np.ndarray, keep_prob: np.nd
 RUNTIME_BYTES = 256 << 20
 VOCAB_BYTES_PER_WORD = 120
 
-# A round's peak, in rows of one matrix (4 d bytes) per working-set row (dist/sharded.py):
+# A round's peak, in rows of one matrix (4 d bytes) per working-set row (parallel/sharded.py):
 # a token row's trained input row and base (2); every row's trained output row and base,
 # and during the push the changes, the changes received and the owner's scratch (5), plus
 # the pull's answer and receive buffers, which never exceed these. Fitted to the measured

@@ -9,17 +9,17 @@ checkpoints, evaluation and export read them. What crosses between host and devi
   or the export needs them.
 * several ranks, ``--exchange mpi`` (the default), ``--sync sparse``: the rows this rank
   touched go down (gathered on the device), the replicated store's
-  :class:`~mpidwe.dist.replicated.Synchronizer` combines the ranks on the host by its one
+  :class:`~mpidwe.parallel.replicated.Synchronizer` combines the ranks on the host by its one
   rule, and the rows any rank touched go back up. ``dense``/``average`` move the whole
   matrices, as their all-reduce does anyway. In tiers (``--sync-full``, by default from 8
-  ranks) a sync combines the rows of its spans (:class:`~mpidwe.dist.replicated.Tiers`):
+  ranks) a sync combines the rows of its spans (:class:`~mpidwe.parallel.replicated.Tiers`):
   those rows go down (one contiguous copy per matrix: the hot rows at most syncs), the
   host combines them as the replicated store does (encoded rows, error feedback), the
   rows any rank touched go back up, and the rows outside keep their touched flags on the
   device until a sync that combines them.
 * several ranks, ``--exchange torch``: nothing. :class:`DeviceExchange` keeps the base copy
   on the device, sends the touched rows (or the whole matrices) device to device over a
-  torch.distributed group (dist/torchdist.py: NCCL on CUDA, gloo on CPU) and applies the same
+  torch.distributed group (parallel/torchdist.py: NCCL on CUDA, gloo on CPU) and applies the same
   rule in torch ops; the host reads a few numbers per sync (the ranks' row counts, the
   guard's probe).
 
@@ -54,7 +54,7 @@ def _largest(values: torch.Tensor) -> float:
 
 
 class DeviceExchange:
-    """``--exchange torch``: :class:`~mpidwe.dist.replicated.Synchronizer`'s rule on the
+    """``--exchange torch``: :class:`~mpidwe.parallel.replicated.Synchronizer`'s rule on the
     device. The same float32 operations in the same order, so the same model:
 
     * ``sparse``: each rank's touched rows and their changes from ``base`` are gathered
@@ -135,7 +135,7 @@ class DeviceExchange:
 
 class DeviceStore(Store):
     """``w_in``, ``w_out`` and their touched masks on ``device``, copied from the host once;
-    the same model as :class:`~mpidwe.dist.replicated.ReplicatedStore`, trained by the torch
+    the same model as :class:`~mpidwe.parallel.replicated.ReplicatedStore`, trained by the torch
     kernels."""
 
     fresh_params = staticmethod(fresh_params)

@@ -1,7 +1,7 @@
 """``--store replicated`` (the default, numba kernel): both matrices on every rank.
 
 Between two syncs every rank trains its own copy of the whole model on its shard; a sync
-combines the ranks' changes by the scaled-mean rule (dist/rule.py) so that every rank holds
+combines the ranks' changes by the scaled-mean rule (parallel/rule.py) so that every rank holds
 the same parameters, bit for bit, again. ``--sync`` chooses what travels (:class:`Synchronizer`):
 the rows some rank touched (``sparse``: an allgather of their ids and changes), the whole
 matrices (``dense`` and ``average``: an all-reduce of the changes and the touch counts), or
@@ -98,7 +98,7 @@ class Synchronizer:
         self._senders = np.zeros(max(len(p) for p in params), dtype=np.int32) if comm.size > 1 else None
         self.stats = SyncStats()
         # per parameter, the rows the last sync changed (some rank touched them): what a
-        # caller holding a copy of the parameters elsewhere (mpidwe.dist.device) must refresh
+        # caller holding a copy of the parameters elsewhere (mpidwe.parallel.device) must refresh
         self.changed_rows: list[np.ndarray] = []
 
     def sync(self, params: list[np.ndarray], touched: list[np.ndarray], spans: list[tuple[int, int]] | None = None

@@ -1,5 +1,5 @@
 """How rows of changes travel: their encoding on the wire (``--wire``). Arrays in, bytes
-out, and back; no Comm (dist/comm.py moves the bytes).
+out, and back; no Comm (parallel/comm.py moves the bytes).
 
 * ``fp32``: the values as they are (4 d bytes a row);
 * ``bf16``: the high 16 bits of each float32, rounded to nearest even (2 d bytes a row):

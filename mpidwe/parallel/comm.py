@@ -254,7 +254,7 @@ class Comm:
     def reduce_rows_encoded(self, arr: np.ndarray, wire: str, minus: np.ndarray | None = None, split=None,
                             feedback=None, owner_feedback=None) -> tuple[np.ndarray, np.ndarray]:
         """The sum over the ranks of a float32 [n, d] array (of ``arr - minus``), encoded
-        (dist/wire.py): (every, bounds), rank s's rows [bounds[s], bounds[s + 1]) of the sum
+        (parallel/wire.py): (every, bounds), rank s's rows [bounds[s], bounds[s + 1]) of the sum
         in every[s, :bounds[s + 1] - bounds[s]], the same bytes on every rank. Each value is
         encoded twice whatever P: every rank sends each segment of its rows, encoded, to the
         segment's owner (Alltoallv); the owner decodes the P contributions, sums them in rank
