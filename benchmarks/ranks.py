@@ -3,11 +3,15 @@
     python benchmarks/ranks.py demo   [--ranks 1 2 4 8 16] [--modes auto sparse dense average]
     python benchmarks/ranks.py enwiki [--ranks 1 2 4 8] [--data DIR] [-- TRAIN FLAGS]
     python benchmarks/ranks.py enwiki --data .devdata --ranks 1 2 8 16 --modes auto -- --device cuda --threads 2
+    python benchmarks/ranks.py enwiki64 --ranks 1 8 16 --modes auto blocks --epochs 3 --seeds 1 2
 
 ``demo``: the demo corpus (3M tokens, planted answer key; made under --workdir if missing),
 2 epochs, the defaults of ``make demo``. ``enwiki``: ../shared/data/enwiki-extract-100M
 (text8 normalisation, min-count 5), 1 epoch, the hyper-parameters of benchmarks/train.py,
-scored on WS-353 and the Google analogies. Ranks beyond this machine's cores are
+scored on WS-353 and the Google analogies; ``enwiki64``: that file and
+enwiki-extract-AB-AD together (64.3M tokens, 145,785 words), for long runs. The mode
+``blocks`` is ``--store blocks`` (block-partitioned, no averaging: docs/lab/blocks.md),
+the others are ``--sync`` modes of the replicated store. Ranks beyond this machine's cores are
 oversubscribed: quality does not depend on it, the seconds do (they are printed but mean
 little there). Every run is a real ``mpiexec -n P python -m mpidwe.train``; a refused
 combination prints its one-line reason instead of a row, a diverged one its exit 3. The
@@ -57,6 +61,8 @@ def prepare(kind: str, workdir: Path, data: Path = DATA) -> tuple[str, list[str]
         names = {"sim": "sim:demo-similarity.tsv", "analogy": "analogy:demo-analogies.txt"}
     else:
         source = data / "enwiki-extract-100M.txt.gz"
+        if kind == "enwiki64":
+            source = [source, data / "enwiki-extract-AB-AD.txt.gz"]
         extra_pre = ["--normalize", "text8", "--strip-doc-tags", "--min-count", "5"]
         flags = ["--epochs", "1", "--eval-sim", str(data / "wordsim353.tsv"),
                  "--eval-analogy", str(data / "questions-words.txt")]
@@ -64,14 +70,16 @@ def prepare(kind: str, workdir: Path, data: Path = DATA) -> tuple[str, list[str]
             flags += [f"--{k}", str(v)]
         names = {"sim": "sim:wordsim353.tsv", "analogy": "analogy:questions-words.txt"}
     if not corpus.exists():
-        subprocess.run(mpi_launch(2, ["-m", "mpidwe.preprocess", str(source), "--output", str(corpus), *extra_pre]),
+        sources = [str(x) for x in (source if isinstance(source, list) else [source])]
+        subprocess.run(mpi_launch(2, ["-m", "mpidwe.preprocess", *sources, "--output", str(corpus), *extra_pre]),
                        check=True, env=env())
     return str(corpus), flags, names
 
 
 def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, out: Path, extra: list[str]) -> dict:
+    how = ["--store", "blocks"] if mode == "blocks" else ["--sync", mode]
     cmd = mpi_launch(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(out), "--force", "--threads", "1",
-                             "--sync", mode, "--no-progress", "--no-export", *flags, *extra])
+                             *how, "--no-progress", "--no-export", *flags, *extra])
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
     wall = time.perf_counter() - t
@@ -127,6 +135,7 @@ def table(rows: list[dict]) -> str:
             continue
         t = r.get("tiers")
         sync = r["mode"] + (f", tiers {t['hot']}/{t['full']} {t['wire']}" if t else "")
+        sync += f" (seed {r['seed']})" if r.get("seed", 1) != 1 else ""
         lines.append(f"| {r['ranks']} | {sync} | {r['lr_scale']} | {r['sync_every']:,} | "
                      f"{r['syncs'] / max(r['epochs'], 1e-9):.1f} | {r['dense']} / {2 * r['syncs'] if r['ranks'] > 1 else 0} | "
                      f"{r['mb_per_sync']:.2f} | {r['steps_per_sync']:.1f} | "
@@ -154,9 +163,11 @@ def split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 epilog="more train flags after --, passed to every run")
-    p.add_argument("corpus", choices=["demo", "enwiki"])
+    p.add_argument("corpus", choices=["demo", "enwiki", "enwiki64"])
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="default: 1 2 4 8 16 (demo), 1 2 4 8 (enwiki)")
     p.add_argument("--modes", nargs="+", default=["auto", "sparse", "dense", "average"])
+    p.add_argument("--epochs", type=int, default=None, help="default: 2 (demo), 1 (enwiki, enwiki64)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
     p.add_argument("--workdir", default="bench-work/ranks")
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--data", default=str(DATA), help="enwiki: the folder of enwiki-extract-100M.txt.gz, "
@@ -167,14 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     ranks = a.ranks or ([1, 2, 4, 8, 16] if a.corpus == "demo" else [1, 2, 4, 8])
     workdir = Path(a.workdir)
     corpus, flags, names = prepare(a.corpus, workdir, Path(a.data))
+    if a.epochs:
+        flags = [*flags, "--epochs", str(a.epochs)]
     rows = []
-    for n in ranks:
-        for mode in (a.modes if n > 1 else a.modes[:1]):   # one rank: no sync, modes coincide
-            row = run_one(corpus, flags, names, n, mode, workdir / f"run-{a.corpus}-{n}-{mode}", a.extra)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+    for seed in a.seeds:
+        for n in ranks:
+            # one rank: no sync, the sync modes coincide (blocks: one block, plain skip-gram)
+            for mode in (a.modes if n > 1 else sorted(set(a.modes[:1]) | ({"blocks"} & set(a.modes)))):
+                name = f"run-{a.corpus}-{n}-{mode}" + (f"-seed{seed}" if len(a.seeds) > 1 else "")
+                row = run_one(corpus, [*flags, "--seed", str(seed)], names, n, mode, workdir / name, a.extra)
+                row["seed"] = seed
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     print(f"\n{a.corpus}: python benchmarks/ranks.py {a.corpus} --ranks {' '.join(map(str, ranks))} "
-          f"--modes {' '.join(a.modes)}" + (f" --data {a.data}" if Path(a.data) != DATA else "")
+          f"--modes {' '.join(a.modes)}" + (f" --epochs {a.epochs}" if a.epochs else "")
+          + (f" --seeds {' '.join(map(str, a.seeds))}" if a.seeds != [1] else "")
+          + (f" --data {a.data}" if Path(a.data) != DATA else "")
           + (f" -- {' '.join(a.extra)}" if a.extra else "") + "\n")
     print(table(rows))
     if a.json:

@@ -191,7 +191,8 @@ class TrainConfig:
     wire: str = opt("auto", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits), "
                     "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int4 in tiers (--sync-full), int8 for "
                     "the other dense syncs of the replicated store from 3 ranks on, fp32 elsewhere "
-                    "(docs/sync-modes.md)",
+                    "(docs/sync-modes.md); --store blocks: how the output blocks travel round the ring (a "
+                    "lossy encoding keeps error feedback), auto fp32",
                     choices=["auto", "fp32", "bf16", "int8", "int4"])
     wire_feedback: str = opt("auto", "int8 and int4 rows: each rank keeps what the encoding of a row's change left "
                              "out and adds it to that row's next change (error feedback; two more copies of each "
@@ -218,8 +219,12 @@ class TrainConfig:
                         "NCCL on CUDA, gloo on CPU; the same model, docs/sync-modes.md)", choices=["mpi", "torch"])
     store: str = opt("replicated", "replicated: every rank holds both full matrices; sharded: each rank owns "
                      "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
-                     "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md)",
-                     choices=["replicated", "sharded"])
+                     "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md); blocks: "
+                     "rank r owns vocabulary block r's input rows and the output blocks travel round a ring, so "
+                     "every row has one writer and no rank averages copies (skip-gram, negative sampling, "
+                     "numba kernel; a round is one pass of the ring: --sync-every words per rank, auto "
+                     "4,000,000 / P)",
+                     choices=["replicated", "sharded", "blocks"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
                          "without; the thread needs a core of its own: where the ranks fill the cores it "
@@ -324,7 +329,7 @@ class TrainConfig:
         _check(self.sync_full >= 0 and self.sync_full & (self.sync_full - 1) == 0,
                f"--sync-full must be a power of 2 (or 0: auto), got {self.sync_full}")
         _check(self.sync_hot >= 0, f"--sync-hot must be >= 1 (or 0: auto), got {self.sync_hot}")
-        _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto"),
+        _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto") or self.store == "blocks",
                "--wire bf16, int8 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
         _check(self.wire_feedback != "on" or self.wire in ("auto", "int8", "int4"),
                f"--wire-feedback on keeps what int8 and int4 rows round away; --wire {self.wire} sends "
@@ -374,12 +379,18 @@ class TrainConfig:
                "--resume and --force")
         _check(re.fullmatch(r"all|new|\d+(:\d*)?", self.segments.strip()) is not None,
                f"--segments must be all, new, K, K: or K:L, got {self.segments!r}")
-        _check(self.store == "replicated" or (self.sync in ("sparse", "auto") and self.kernel not in ("torch", "triton")
+        _check(self.store != "sharded" or (self.sync in ("sparse", "auto") and self.kernel not in ("torch", "triton")
                                                and self.device != "cuda" and not self.init_from
                                                and self.loss == "ns" and not self.subwords and not self.follow),
                "--store sharded runs the numba kernel on the CPU with --sync sparse or auto (owners combine "
                "pushed rows by the sparse rule), negative sampling without --subwords, and without "
                "--init-from or --follow")
+        _check(self.store != "blocks" or (self.model == "skipgram" and self.loss == "ns" and not self.subwords
+                                           and self.kernel not in ("torch", "triton") and self.device != "cuda"
+                                           and self.balance == "off" and not self.overlap),
+               "--store blocks trains skip-gram with negative sampling on the numba kernel (a CBOW window, a "
+               "Huffman path or subword rows would span every rank's block), without --balance speed or "
+               "--overlap; use --store replicated for those")
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
                "it applies when RUN_DIR has no checkpoint yet)")
@@ -441,6 +452,16 @@ def wire_of(cfg: TrainConfig, world_size: int, tiered: bool | None = None) -> st
         return "fp32"
     tiered = tiers_of(cfg, world_size)[0] > 1 if tiered is None else tiered
     return "int4" if tiered else "int8"
+
+
+# --store blocks, --wire auto: how the output blocks travel round the ring
+BLOCK_WIRE_AUTO = "fp32"
+
+
+def block_wire(cfg: TrainConfig) -> str:
+    """--store blocks: the ring's encoding of the output blocks (--wire; lossy ones keep
+    error feedback: parallel/blocks.py)."""
+    return BLOCK_WIRE_AUTO if cfg.wire == "auto" else cfg.wire
 
 
 def feedback_of(option: str, tiered: bool, loss: str = "ns") -> bool:

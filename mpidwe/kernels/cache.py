@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 
 # every module whose code the compiled kernels (chunk.chunk_function, plan._plan_chunk) inline
-SOURCES = ("common", "sampling", "simd", "rows", "negative", "hsoftmax", "window", "inputs", "chunk", "plan", "cache")
+SOURCES = ("common", "sampling", "simd", "rows", "negative", "hsoftmax", "window", "inputs", "chunk", "plan", "pairs", "cache")
 
 
 @functools.lru_cache(maxsize=1)

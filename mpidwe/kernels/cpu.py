@@ -56,7 +56,7 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     def chunk(t):
         return compiled(dim, params, parts[t], targets, schedule, subwords)
 
-    results = [chunk(0)] if args.threads == 1 else _run_threads(chunk, args.threads)
+    results = [chunk(0)] if args.threads == 1 else run_threads(chunk, args.threads)
     loss = sum(r[0] for r in results)
     n_examples = sum(int(r[1]) for r in results)
     return float(loss), n_examples, n_tokens
@@ -79,7 +79,7 @@ def _compiled_chunk(mode, dim, rest):
     return compiled
 
 
-def _run_threads(chunk, threads):
+def run_threads(chunk, threads):
     """Hogwild: one Python thread per chunk; the compiled code releases the GIL."""
     results = [None] * threads
     errors = []

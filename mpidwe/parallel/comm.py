@@ -332,6 +332,18 @@ class Comm:
         self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t, latency_steps("allgather", self.size, out.nbytes))
         return out
 
+    def gather_array(self, arr: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """Every rank's equally shaped ``arr``, stacked in rank order on ``root`` ([P,
+        *arr.shape]); None on the other ranks."""
+        if self._comm is None:
+            return arr[None].copy()
+        t = time.perf_counter()
+        out = np.empty((self.size,) + arr.shape, dtype=arr.dtype) if self.rank == root else None
+        self._comm.Gather(np.ascontiguousarray(arr), out, root=root)
+        self.stats.add(0 if self.rank == root else arr.nbytes, time.perf_counter() - t,
+                       latency_steps("tree", self.size))
+        return out
+
     def alltoallv(self, send: np.ndarray, send_counts: np.ndarray,
                   recv_counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Personalised all-to-all of rows: ``send`` lists the rows for rank 0, then rank 1...
@@ -361,6 +373,19 @@ class Comm:
         own = int(send_counts[self.rank]) * row_items * send.itemsize
         self.stats.add(int(s_items.sum()) * send.itemsize - own, time.perf_counter() - t, steps)
         return out, recv_counts
+
+    def sendrecv_(self, send: np.ndarray, dest: int, recv: np.ndarray, source: int) -> np.ndarray:
+        """Send ``send`` to rank ``dest`` while receiving ``recv`` (in place) from ``source``:
+        one message each way, one latency step (the block store's ring). ``dest == source ==
+        rank`` copies."""
+        if self._comm is None or (dest == self.rank and source == self.rank):
+            recv[...] = send
+            return recv
+        t = time.perf_counter()
+        self._comm.Sendrecv(np.ascontiguousarray(send), dest=dest, sendtag=77, recvbuf=recv, source=source,
+                            recvtag=77)
+        self.stats.add(send.nbytes, time.perf_counter() - t, 1)
+        return recv
 
     def bcast_array_(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         if self._comm is not None:

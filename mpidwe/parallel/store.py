@@ -2,7 +2,7 @@
 
 The round loop (mpidwe/train/loop.py) says "train these pieces, then sync"; a store decides
 where the rows live and how the ranks combine them, and it is the only one that touches
-them. Three stores implement :class:`Store`:
+them. Four stores implement :class:`Store`:
 
 * :class:`~mpidwe.parallel.replicated.ReplicatedStore`: both matrices on every rank, trained by
   the numba kernel; a sync combines the ranks' changes by the scaled-mean rule (parallel/rule.py),
@@ -11,7 +11,10 @@ them. Three stores implement :class:`Store`:
   torch device for the whole run (``--kernel torch``);
 * :class:`~mpidwe.parallel.sharded.ShardedStore`: every rank owns every P-th row (``--store
   sharded``); a round pulls the rows it will touch, trains them and pushes the changes back
-  to their owners.
+  to their owners;
+* :class:`~mpidwe.parallel.blocks.BlockStore`: every rank owns a vocabulary block's input rows
+  and the output blocks travel round a ring (``--store blocks``): one writer per row, nothing
+  to combine.
 
 A new combining scheme is a new store (or a new rule inside one), never a new trainer. Every
 method of a store is a collective: all ranks call it in the same order.
@@ -64,6 +67,7 @@ class StoreSetup:
     vocab_size: int
     threads: int = 1               # the rank's threads (the kernel's, and the sync's array work)
     tiers: dict | None = None      # the plan's sync_tiers (full, hot, wire); None: every row at every sync
+    counts: np.ndarray | None = None   # the vocabulary's counts (the block store splits the vocabulary by them)
 
 
 @dataclass

@@ -133,8 +133,19 @@ def summary_line(r: dict, config_json: str) -> str:
     return (f"{PROG} {__version__}: {r['model']}, dim {r['dim']}, window {r['window']}, {loss}{extras}, "
             f"{r['epochs']} epoch(s) of {r['words_total'] // max(r['epochs'], 1):,} words (vocabulary "
             f"{r['vocab_size']:,}) from {r['corpus']}; {r['ranks']} rank(s) x {r['threads']} thread(s), "
-            f"{r['kernel']} on {r['device']}{why}, sync {r['sync']} every {r['sync_every']:,} words{_bound(r)}{_tiers(r)}, lr {r['lr']:g} x "
+            f"{r['kernel']} on {r['device']}{why}, {_combining(r)}, lr {r['lr']:g} x "
             f"{r['lr_scale']}; every setting: {config_json}")
+
+
+def _combining(r: dict) -> str:
+    """How the ranks combine: the sync and its interval, or the block store's ring."""
+    if r["store"] != "blocks":
+        return f"sync {r['sync']} every {r['sync_every']:,} words{_bound(r)}{_tiers(r)}"
+    if r["ranks"] == 1:
+        return "one block (plain skip-gram)"
+    return (f"{r['ranks']} vocabulary blocks, each rank the only writer of its input block, the output blocks "
+            f"round a ring ({r.get('block_wire', 'fp32')}) in passes of {r['sync_every']:,} words per rank, "
+            f"no averaging")
 
 
 def _tiers(r: dict) -> str:

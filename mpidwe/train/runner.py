@@ -109,6 +109,10 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
 def store_class(cfg: TrainConfig, plan: Plan) -> type[Store]:
     """Where this run's parameters live: spread over the ranks (--store sharded), on the
     torch kernel's device, or replicated in every rank's memory."""
+    if cfg.store == "blocks":
+        from ..parallel.blocks import BlockStore
+
+        return BlockStore
     if cfg.store == "sharded":
         from ..parallel.sharded import ShardedStore
 
@@ -137,7 +141,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
                 origin = plan.resolved["init_from"]["path"]
-        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"])
+        setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"],
+                           corpus.counts)
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
         trainer.carry_chars(origin)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)

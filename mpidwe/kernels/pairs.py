@@ -1,0 +1,223 @@
+"""Block-partitioned skip-gram (``--store blocks``), compiled: a round's training pairs, their
+sorting into buckets, and the training of one bucket with noise words from one block.
+
+A pair (inp, out) is word2vec's skip-gram example: the input row of the context word
+``inp`` predicts the centre word ``out`` against noise words. The pairs of a round are made
+where the text is read (``window_pairs``), sent to the rank that owns ``inp``'s block, sorted
+there by ``out``'s block (``bucket_order``) and trained one bucket per ring step
+(``train_bucket``), with every noise word drawn from the output block the rank holds.
+
+Random draws (the contract of common.py, for this store): ``window_pairs`` draws, sentence
+by sentence, the subsampling uniforms (one per token whose keep probability is < 1) and per
+kept position one ``below(window)`` for its shrunk window, from the rank's first stream;
+``train_bucket`` draws ``negative`` noise words per pair (shared negatives: per run of pairs
+with the same output word, at most 2 x window long), thread t of a bucket from stream t,
+each a bucket of the block's alias table from the high bits of (state >> 32) x n and the
+coin from its low bits, as draw_negative does for the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import literally, njit, typeof, types
+
+from .cache import stamp_sources
+from .cpu import run_threads
+from .negative import skipgram_pair
+from .rows import Params
+from .sampling import below, lcg, prefetch_row, uniform
+from .window import shared_window
+
+_S32 = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True)
+def window_pairs(tokens, sent_starts, keep_prob, window, rng_state):
+    """The skip-gram pairs of a piece: (inp int32 [n], out int32 [n]), contexts before the
+    centre's right side, centre by centre; ``rng_state[0]`` advances in place."""
+    state = rng_state[0]
+    n_tokens = tokens.shape[0]
+    cap = n_tokens * 2 * window
+    inp = np.empty(cap, np.int32)
+    out = np.empty(cap, np.int32)
+    kept = np.empty(n_tokens, np.int32)
+    n = 0
+    n_sent = sent_starts.shape[0]
+    for s in range(n_sent):
+        beg = sent_starts[s]
+        end = sent_starts[s + 1] if s + 1 < n_sent else n_tokens
+        m = 0
+        for i in range(beg, end):
+            word = tokens[i]
+            keep = keep_prob[word]
+            if keep < 1.0:
+                state = lcg(state)
+                if uniform(state) > keep:
+                    continue
+            kept[m] = word
+            m += 1
+        for i in range(m):
+            state = lcg(state)
+            reach = window - below(state, window)
+            lo, hi = max(i - reach, 0), min(i + reach, m - 1)
+            for j in range(lo, hi + 1):
+                if j != i:
+                    inp[n] = kept[j]
+                    out[n] = kept[i]
+                    n += 1
+    rng_state[0] = state
+    return inp[:n].copy(), out[:n].copy()
+
+
+@njit(cache=True, nogil=True)
+def bucket_order(keys, parts):
+    """A stable counting sort by ``keys`` (int32 in [0, parts)): (order int64 [n], starts
+    int64 [parts + 1]); bucket b is order[starts[b]:starts[b + 1]]."""
+    starts = np.zeros(parts + 1, np.int64)
+    for k in keys:
+        starts[k + 1] += 1
+    for b in range(parts):
+        starts[b + 1] += starts[b]
+    fill = starts[:parts].copy()
+    order = np.empty(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        order[fill[k]] = i
+        fill[k] += 1
+    return order, starts
+
+
+@njit(inline="always")
+def draw_in_block(state, table, members, lo, n):
+    """A noise word of the block members[lo:lo + n] (its alias table table[lo:lo + n])."""
+    scaled = (state >> _S32) * np.uint64(n)
+    bucket = np.int64(scaled >> _S32)
+    if np.uint32(scaled & _LOW32) < table[lo + bucket, 0]:
+        return members[lo + bucket]
+    return members[lo + np.int64(table[lo + bucket, 1])]
+
+
+class Noise(NamedTuple):
+    """Where a bucket's noise words come from: block members[lo:lo + n] and its alias table."""
+    table: np.ndarray
+    members: np.ndarray
+    lo: int
+    n: int
+    negative: int
+    shared: bool          # consecutive pairs with the same output word share one draw (pWord2Vec)
+    group: int            # at most this many pairs share a draw (a window's contexts: 2 x --window)
+
+
+class Scratch(NamedTuple):
+    """A shared draw's buffers (window.shared_window reads these fields)."""
+    scores_g: np.ndarray
+    scores_t: np.ndarray
+    grad_in: np.ndarray
+    contexts: np.ndarray
+    codes: np.ndarray
+
+
+class Bucket(NamedTuple):
+    """The pairs of a bucket, and where each thread's share starts."""
+    inp: np.ndarray
+    out: np.ndarray
+    cuts: np.ndarray
+
+
+class Span(NamedTuple):
+    """A bucket's learning-rate schedule: pair i of len(inp) trains at the linear schedule's
+    rate at global words done0 + span x i / len(inp)."""
+    lr0: float
+    lr_min: float
+    done0: float
+    span: float
+    total: float
+
+
+@njit(nogil=True, fastmath=True, cache=True)
+def train_span(dim, rows, bucket, noise, sched, rng_state, tid, result):
+    """Train thread ``tid``'s share of a bucket, its pairs [cuts[tid], cuts[tid + 1]), with
+    word2vec's skip-gram pair update (negative.skipgram_pair: the SIMD row code of the numba
+    kernel); ``rows`` is a rows.Params. Loss and examples go to result[tid]."""
+    dim = literally(dim)
+    inp, out = bucket.inp, bucket.out
+    a, b = bucket.cuts[tid], bucket.cuts[tid + 1]
+    state = rng_state[tid]
+    grad = np.empty(dim, np.float32)
+    n_out = noise.negative + 1
+    outs = np.empty(n_out, np.int64)
+    m = max(noise.group, 1)
+    codes = np.ones(n_out, np.uint8)
+    codes[0] = 0
+    scratch = Scratch(np.empty((m, n_out), np.float32), np.empty((n_out, m), np.float32),
+                      np.empty((m, dim), np.float32), np.empty(m, np.int64), codes)
+    n_all = max(inp.shape[0], 1)
+    loss = 0.0
+    i = a
+    while i < b:
+        lr = max(sched.lr_min, sched.lr0 * (1.0 - (sched.done0 + sched.span * i / n_all) / sched.total))
+        centre = out[i]
+        e = i + 1
+        if noise.shared:                  # the pairs of one centre's window that this bucket holds
+            while e < b and e - i < m and out[e] == centre:
+                e += 1
+        outs[0] = centre
+        kept = 1
+        for _ in range(noise.negative):
+            state = lcg(state)
+            target = draw_in_block(state, noise.table, noise.members, noise.lo, noise.n)
+            if target != centre:
+                outs[kept] = target
+                kept += 1
+                prefetch_row(rows.w_out, target)
+        if e - i == 1:
+            loss += skipgram_pair(rows, inp[i], outs, kept, lr, grad, dim)
+        else:
+            for c in range(e - i):
+                scratch.contexts[c] = inp[i + c]
+            loss += shared_window(rows, scratch.contexts, e - i, (outs, codes, kept, False), lr, scratch, dim)
+        i = e
+    rng_state[tid] = state
+    result[tid, 0] = loss
+    result[tid, 1] = b - a
+
+
+for _dispatcher in (window_pairs, bucket_order, train_span):
+    stamp_sources(_dispatcher)
+
+
+def train_bucket(rows: Params, inp, out, noise: Noise, sched: Span, rng_state, threads: int) -> tuple[float, int]:
+    """Train one bucket's pairs in place, Hogwild on ``threads`` threads (each a contiguous
+    share, its own random stream); noise words from ``noise``'s block. Returns (loss sum,
+    examples)."""
+    if len(inp) == 0:
+        return 0.0, 0
+    result = np.zeros((max(threads, 1), 2), np.float64)
+    cuts = np.linspace(0, len(inp), threads + 1).astype(np.int64)
+    dim = rows.w_in.shape[1]
+    bucket = Bucket(inp, out, cuts)
+    compiled = _compiled_span(dim, (rows, bucket, noise, sched, rng_state, 0, result))
+
+    def run(t):
+        compiled(dim, rows, bucket, noise, sched, rng_state, t, result)
+
+    if threads == 1:
+        run(0)
+    else:
+        run_threads(run, threads)
+    return float(result[:, 0].sum()), int(result[:, 1].sum())
+
+
+_COMPILED = {}
+
+
+def _compiled_span(dim: int, rest: tuple):
+    """train_span's machine code for ``dim`` (a compile-time constant, as cpu._compiled_chunk)."""
+    compiled = _COMPILED.get(dim)
+    if compiled is None:
+        argtypes = (types.IntegerLiteral(dim),) + tuple(typeof(a) for a in rest)
+        compiled = _COMPILED[dim] = train_span.compile(argtypes)
+    return compiled

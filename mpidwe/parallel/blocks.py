@@ -1,0 +1,233 @@
+"""``--store blocks``: block-partitioned skip-gram, every row with one writer at a time.
+
+Rank r owns the input rows of vocabulary block r (core/blocks.py) for the whole run; the
+output blocks travel round a ring. A round is one pass: every rank makes the skip-gram pairs
+of its words, sends each pair to the rank that owns its input word (one all-to-all of ids),
+sorts what it received by the output word's block, and then trains P steps, in step k the
+bucket of the output block it holds then, with noise words from that block only, and hands
+the block on (one message each way). No rank ever combines copies of a row, so there is no
+combining rule, no learning-rate scaling and nothing that grows with the rank count but the
+ring's bytes (docs/lab/blocks.md).
+
+Every rank keeps both full matrices (the replicated store's memory); only its input block
+and the output block it holds are current. :meth:`BlockStore.flush` makes every rank's copy
+current (before an evaluation, a checkpoint or the export), so checkpoints are the
+replicated store's and resume on any rank count re-plans the blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from ..core.config import block_wire
+from ..core.blocks import block_members, block_noise_tables, handoff, held_block, ring_shifts, snake_blocks
+from ..kernels.args import KernelArgs
+from ..kernels.pairs import Noise, Span, bucket_order, train_bucket, window_pairs
+from ..kernels.rows import Params
+from .comm import Comm
+from .replicated import fresh_params, read_params, save_on_root, write_on_root
+from .store import Store, StoreSetup, SyncStats, Trained, Work
+from .wire import decode, encode, row_bytes
+
+
+class BlockStore(Store):
+    """Input block ``comm.rank`` and one travelling output block per rank (module docstring)."""
+
+    fresh_params = staticmethod(fresh_params)
+    read_params = staticmethod(read_params)
+
+    def __init__(self, comm: Comm, w_in: np.ndarray, w_out: np.ndarray, setup: StoreSetup):
+        if setup.counts is None:
+            raise ValueError("the block store needs the vocabulary's counts")
+        p = comm.size
+        self.comm, self.w_in, self.w_out, self.seed = comm, w_in, w_out, setup.cfg.seed
+        self.threads = setup.threads
+        self.block_of = snake_blocks(setup.counts, p)
+        self.members, self.offsets = block_members(self.block_of, p)
+        self.noise = block_noise_tables(setup.counts, self.members, self.offsets)
+        # the kernel's rows (its touched marks are not read: every pass moves whole blocks)
+        self.rows_ = Params(w_in, w_out, np.zeros(len(w_in), np.uint8), np.zeros(len(w_out), np.uint8))
+        # how output blocks travel; a lossy wire's residuals per row (error feedback)
+        self.wire = block_wire(setup.cfg)
+        self.residual = None if self.wire == "fp32" or p == 1 else np.zeros_like(w_out)
+        # the shift of the output block this rank holds; None: every rank's copy is current
+        self.held: int | None = None
+        self.dirty = False
+        self.biggest = 0.0
+        self.stats = SyncStats()
+        self.route_bytes = 0
+        self.ring_bytes = 0
+        self.pairs = 0
+
+    def noise_of(self, b: int, args: KernelArgs) -> Noise:
+        """Noise words from block ``b`` only; with shared negatives one draw per run of a
+        centre's pairs (at most a window's contexts)."""
+        lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])
+        return Noise(self.noise, self.members, lo, hi - lo, int(args.negative), bool(args.shared_negatives),
+                     2 * int(args.window))
+
+    def block(self, b: int) -> np.ndarray:
+        """The word ids of block ``b``."""
+        return self.members[self.offsets[b]:self.offsets[b + 1]]
+
+    # ---------------------------------------------------------------- a round: one pass
+    def train(self, work: Work, ahead: Work | None, rng: np.ndarray, args: KernelArgs,
+              on_piece: Callable[[int], None] | None = None) -> Trained:
+        t0 = time.perf_counter()
+        made, words = [], 0
+        for tokens, starts in work.pieces:
+            made.append(window_pairs(tokens, starts, args.keep_prob, args.window, rng))
+            words += len(tokens)
+        inp = np.concatenate([m[0] for m in made]) if made else np.zeros(0, np.int32)
+        out = np.concatenate([m[1] for m in made]) if made else np.zeros(0, np.int32)
+        compute = time.perf_counter() - t0
+        inp, out = self.route(inp, out)
+        t1 = time.perf_counter()
+        order, starts = bucket_order(self.block_of[out], self.comm.size)
+        inp, out = inp[order], out[order]
+        compute += time.perf_counter() - t1
+        loss, examples, trained = 0.0, 0, 0.0
+        # global words of the pass: every rank trains about as many as this one (work.scale)
+        span = args.words_scale * words / self.comm.size
+        for k, shift in enumerate(ring_shifts(self.seed, int(args.words_done), self.comm.size)):
+            self.move_to(int(shift))
+            j = held_block(self.comm.rank, int(shift), self.comm.size)
+            a, b = starts[j], starts[j + 1]
+            t2 = time.perf_counter()
+            l_, n = train_bucket(self.rows_, inp[a:b], out[a:b], self.noise_of(j, args),
+                                 Span(args.lr0, args.lr_min, args.words_done + span * k, span, args.words_total),
+                                 rng, self.threads)
+            compute += time.perf_counter() - t2
+            loss, examples = loss + l_, examples + n
+            if on_piece is not None:
+                on_piece(words * (k + 1) // self.comm.size - int(trained))
+                trained = words * (k + 1) // self.comm.size
+        self.pairs += examples
+        self.dirty = True
+        self.biggest = self.probe()
+        return Trained(words, loss, examples, compute)
+
+    def route(self, inp: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every pair to the rank that owns its input word (one all-to-all of int32 ids)."""
+        t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
+        k = self.comm.stats.steps
+        order, starts = bucket_order(self.block_of[inp], self.comm.size)
+        send = np.empty((len(inp), 2), np.int32)
+        send[:, 0], send[:, 1] = inp[order], out[order]
+        got, _ = self.comm.alltoallv(send, np.diff(starts))
+        self.route_bytes += self.comm.stats.bytes_sent - b
+        self._account(t, b, s, k)
+        return np.ascontiguousarray(got[:, 0]), np.ascontiguousarray(got[:, 1])
+
+    def move_to(self, shift: int) -> None:
+        """Hand the held output block on and take the one held at ``shift`` (the ring step)."""
+        p, rank = self.comm.size, self.comm.rank
+        if self.held is None or self.held == shift or p == 1:
+            self.held = shift
+            return
+        t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
+        k = self.comm.stats.steps
+        dest, source = handoff(rank, self.held, shift, p)
+        mine, theirs = self.block(held_block(rank, self.held, p)), self.block(held_block(rank, shift, p))
+        dim = self.w_out.shape[1]
+        got = np.empty((len(theirs), row_bytes(self.wire, dim)), np.uint8)
+        self.comm.sendrecv_(self.encoded(mine), dest, got, source)
+        self.w_out[theirs] = decode(got, self.wire, dim)
+        self.held = shift
+        self.ring_bytes += self.comm.stats.bytes_sent - b
+        self._account(t, b, s, k)
+
+    def encoded(self, ids: np.ndarray) -> np.ndarray:
+        """Output rows ``ids`` as they travel (--wire); a lossy wire keeps what rounding left
+        out and adds it the next time this rank sends the row (error feedback)."""
+        rows = self.w_out[ids]
+        if self.wire == "fp32":
+            return rows.view(np.uint8)
+        rows += self.residual[ids]
+        data = encode(rows, self.wire)
+        self.residual[ids] = rows - decode(data, self.wire, rows.shape[1])
+        return data
+
+    def _account(self, t: float, b: int, s: float, k: int) -> None:
+        st, c = self.stats, self.comm.stats
+        st.seconds += time.perf_counter() - t
+        st.comm_seconds += c.seconds - s
+        st.bytes_sent += c.bytes_sent - b
+        st.steps += c.steps - k
+
+    def probe(self) -> float:
+        """The largest |value| of this rank's current rows (inf for NaN): the guard's probe."""
+        rows = [self.w_in[self.block(self.comm.rank)]]
+        if self.held is not None:
+            rows.append(self.w_out[self.block(held_block(self.comm.rank, self.held, self.comm.size))])
+        biggest = max(float(np.abs(r).max()) if r.size else 0.0 for r in rows)
+        return biggest if np.isfinite(biggest) else float("inf")
+
+    def sync(self, rnd: int) -> float:
+        """Nothing to combine: a pass leaves every row with its one writer."""
+        self.stats.syncs += 1
+        return self.biggest
+
+    # ---------------------------------------------------------------- the whole model
+    def flush(self) -> None:
+        """Rank 0's copy of both matrices made current (for an evaluation, a checkpoint or the
+        export): each rank gives it its input block and the output block it holds (one
+        gather); the other ranks' copies stay as they are (only their own blocks are read)."""
+        if self.dirty and self.comm.size > 1:
+            self.collect(everyone=False)
+        self.dirty = False
+
+    def host(self) -> None:
+        """At the end of a run every rank's copy made current (one allgather), so that every
+        rank returns the trained model."""
+        if self.comm.size > 1 and self.held is not None:
+            self.collect(everyone=True)
+
+    def collect(self, everyone: bool) -> None:
+        """Every rank's input block and held output block into rank 0's copy (``everyone``:
+        into every rank's)."""
+        t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
+        k = self.comm.stats.steps
+        p, rank, dim = self.comm.size, self.comm.rank, self.w_in.shape[1]
+        width = int(np.diff(self.offsets).max())
+        held = held_block(rank, self.held, p)
+        mine = np.zeros((2, width, dim), np.float32)
+        ids_in, ids_out = self.block(rank), self.block(held)
+        mine[0, :len(ids_in)] = self.w_in[ids_in]
+        mine[1, :len(ids_out)] = self.w_out[ids_out]
+        every = self.comm.allgather_array(mine) if everyone else self.comm.gather_array(mine)
+        holders = self.comm.allgather(held) if everyone else self.comm.gather(held)
+        if every is not None:
+            for r in range(p):
+                ids_in, ids_out = self.block(r), self.block(holders[r])
+                self.w_in[ids_in] = every[r, 0, :len(ids_in)]
+                self.w_out[ids_out] = every[r, 1, :len(ids_out)]
+        if everyone:
+            self.held = None
+        self._account(t, b, s, k)
+
+    def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
+        self.flush()
+        if not self.comm.is_root:
+            return None
+        return self.w_in if ids is None else self.w_in[ids]
+
+    def save(self, directory: str, ck, keep: int) -> str | None:
+        self.flush()
+        if self.residual is not None:       # a run resumed from this checkpoint starts without them
+            self.residual[:] = 0
+        return save_on_root(self.comm, directory, ck, keep)
+
+    def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
+        self.flush()
+        return write_on_root(self.comm, path, words, lambda: vectors_of(self.w_in))
+
+    def report(self) -> dict:
+        return {"block_pairs": int(self.pairs), "block_route_bytes": int(self.route_bytes),
+                "block_ring_bytes": int(self.ring_bytes)}
+
+    def settings(self) -> dict:
+        return {"blocks": self.comm.size, "block_wire": self.wire}

@@ -1,0 +1,195 @@
+"""--store blocks under MPI: the routed pairs and the ring train exactly what a one-process
+replay of the same P ranks trains, pair for pair and bit for bit (so every pair is trained
+once per pass, by the rank that owns its input word, in the step that holds its output
+word's block); every rank ends with the same parameters; and a run through train.run
+resumes exactly, and on another rank count."""
+
+import numpy as np
+import pytest
+
+from mpidwe.core.blocks import block_members, block_noise_tables, held_block, ring_shifts, snake_blocks
+from mpidwe.core.config import TrainConfig
+from mpidwe.io import checkpoint
+from mpidwe.kernels.args import KernelArgs
+from mpidwe.kernels.pairs import Noise, Span, train_bucket, window_pairs
+from mpidwe.kernels.rows import Params
+from mpidwe.parallel.blocks import BlockStore
+from mpidwe.parallel.comm import Comm
+from mpidwe.parallel.store import StoreSetup, Work
+
+from test_mpi_train import demo, digest, train_here  # noqa: F401  (demo: the module's corpus fixture)
+
+V, DIM, ROUNDS = 90, 8, 3
+
+
+def corpus_of(rank: int, rnd: int) -> list:
+    """Rank ``rank``'s pieces in round ``rnd``: Zipf-ish ids, a few sentences; rank 1's
+    second round is empty (an empty bucket everywhere)."""
+    rng = np.random.default_rng([rank, rnd])
+    if rank == 1 and rnd == 1:
+        return []
+    pieces = []
+    for _ in range(2):
+        n = int(rng.integers(50, 400))
+        tokens = np.minimum(rng.zipf(1.3, n) - 1, V - 1).astype(np.int32)
+        starts = np.unique(np.concatenate(([0], rng.integers(0, n, 6)))).astype(np.int64)
+        pieces.append((tokens, starts))
+    return pieces
+
+
+def setup_of(p: int):
+    counts = np.bincount(np.concatenate([t for r in range(p) for k in range(ROUNDS) for t, _ in corpus_of(r, k)]),
+                         minlength=V).astype(np.int64) + 1
+    cfg = TrainConfig(store="blocks", seed=3, dim=DIM, threads=1)
+    args = KernelArgs(keep_prob=np.full(V, 0.9, np.float32), neg_table=np.zeros((V, 2), np.uint32),
+                      words_total=1e5, window=3, negative=4, lr0=0.05, lr_min=1e-4, shared_negatives=True)
+    return counts, StoreSetup(cfg, 1, "cpu", V, 1, None, counts), args
+
+
+def start_params():
+    rng = np.random.default_rng(11)
+    return rng.uniform(-0.5, 0.5, (V, DIM)).astype(np.float32) / DIM, np.zeros((V, DIM), np.float32)
+
+
+def replay(p: int, counts, args) -> tuple[np.ndarray, np.ndarray, int]:
+    """What P ranks compute, one rank after another in one process, written out plainly:
+    each rank's pairs, routed in sender order, bucketed by output block, P ring steps."""
+    w_in, w_out = start_params()
+    block_of = snake_blocks(counts, p)
+    members, offsets = block_members(block_of, p)
+    noise = block_noise_tables(counts, members, offsets)
+    rngs = [np.array([1000 + r], np.uint64) for r in range(p)]
+    rows = Params(w_in, w_out, np.zeros(V, np.uint8), np.zeros(V, np.uint8))
+    done, pairs = 0.0, 0
+    for rnd in range(ROUNDS):
+        made = {r: [window_pairs(t, s, args.keep_prob, args.window, rngs[r]) for t, s in corpus_of(r, rnd)]
+                for r in range(p)}
+        words = {r: sum(len(t) for t, _ in corpus_of(r, rnd)) for r in range(p)}
+        got = {}
+        for owner in range(p):              # what rank `owner` receives: senders in rank order
+            ins, outs = [], []
+            for r in range(p):
+                for i, o in made[r]:
+                    keep = block_of[i] == owner
+                    ins.append(i[keep])
+                    outs.append(o[keep])
+            i, o = np.concatenate(ins + [np.zeros(0, np.int32)]), np.concatenate(outs + [np.zeros(0, np.int32)])
+            order = np.argsort(block_of[o], kind="stable")
+            got[owner] = (i[order], o[order])
+        for k, shift in enumerate(ring_shifts(3, int(done), p)):
+            for r in range(p):
+                j = held_block(r, int(shift), p)
+                i, o = got[r]
+                sel = block_of[o] == j
+                span = p * words[r] / p
+                _, n = train_bucket(rows, i[sel], o[sel], Noise(noise, members, int(offsets[j]),
+                                                                 int(offsets[j + 1] - offsets[j]), args.negative,
+                                                                 args.shared_negatives, 2 * args.window),
+                                    Span(args.lr0, args.lr_min, done + span * k, span, args.words_total), rngs[r], 1)
+                pairs += n
+        done += sum(words.values())
+    return w_in, w_out, pairs
+
+
+@pytest.mark.parallel([1, 2, 3, 4])
+def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
+    comm = Comm.world()
+    counts, setup, args = setup_of(comm.size)
+    w_in, w_out = start_params()
+    store = BlockStore(comm, w_in, w_out, setup)
+    rng = np.array([1000 + comm.rank], np.uint64)
+    done = 0.0
+    for rnd in range(ROUNDS):
+        pieces = corpus_of(comm.rank, rnd)
+        trained = store.train(Work(pieces, float(comm.size), None), None, rng, args.at(done, comm.size))
+        assert trained.words == sum(len(t) for t, _ in pieces)
+        assert np.isfinite(store.sync(rnd))
+        done += comm.allreduce_scalar(trained.words)
+    store.flush()                 # rank 0's copy current: what evaluation and checkpoints read
+    want_in, want_out, want_pairs = replay(comm.size, counts, args)
+    assert comm.allreduce_scalar(store.pairs) == want_pairs > 0
+    if comm.is_root:
+        np.testing.assert_array_equal(w_in, want_in)
+        np.testing.assert_array_equal(w_out, want_out)
+    store.host()                  # every rank's copy current: what a run returns
+    np.testing.assert_array_equal(w_in, want_in)
+    np.testing.assert_array_equal(w_out, want_out)
+    # one message each way per ring step that moves a block, plus the routing all-to-all
+    report = store.report()
+    assert (report["block_ring_bytes"] > 0) == (comm.size > 1)
+    assert store.stats.bytes_sent == report["block_ring_bytes"] + report["block_route_bytes"] + \
+        (store.stats.bytes_sent - report["block_ring_bytes"] - report["block_route_bytes"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parallel([2, 3])
+def test_a_block_run_is_identical_on_every_rank_and_resumes_exactly(demo, job_tmp):
+    comm = Comm.world()
+    flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2")
+    whole, res = train_here(comm, demo, job_tmp / "whole", "auto", *flags)
+    assert not comm.is_root or res.metrics[-1]["blocks"] == comm.size
+    # stopped half way (a checkpoint at a round), then resumed: the same bits
+    first, _ = train_here(comm, demo, job_tmp / "half", "auto", *flags, "--checkpoint-every", "150000")
+    path = job_tmp / "half" / "checkpoints"
+    ckpts = sorted(path.glob("ckpt-*.h5"))
+    if comm.is_root:
+        for late in ckpts[1:]:            # keep the first, mid-run checkpoint only
+            late.unlink()
+    comm.barrier()
+    again, _ = train_here(comm, demo, job_tmp / "half", "auto", *flags, "--checkpoint-every", "150000",
+                          "--resume", "auto")
+    assert first == whole and again == whole
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parallel(2)
+def test_a_block_run_resumes_on_another_rank_count(demo, job_tmp):
+    from mpi4py import MPI
+
+    comm = Comm.world()
+    flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2",
+             "--checkpoint-every", "150000")
+    train_here(comm, demo, job_tmp / "two", "auto", *flags)
+    if comm.is_root:
+        ckpts = sorted((job_tmp / "two" / "checkpoints").glob("ckpt-*.h5"))
+        for late in ckpts[1:]:
+            late.unlink()
+        one = Comm(MPI.COMM_SELF)
+        _, res = train_here(one, demo, job_tmp / "two", "auto", *flags, "--resume", "auto")
+        ck = checkpoint.load(str(sorted((job_tmp / "two" / "checkpoints").glob("ckpt-*.h5"))[-1]))
+        assert ck.config["ranks"] == 1 and ck.state.progress.words_done == res.words_total
+        assert np.isfinite(res.w_in).all()
+    comm.barrier()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parallel(3)
+@pytest.mark.parametrize("wire", ["bf16", "int8"])
+def test_a_lossy_ring_keeps_what_it_rounds_away_and_resumes_exactly(demo, job_tmp, wire):
+    comm = Comm.world()
+    flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2", "--wire", wire,
+             "--checkpoint-every", "150000")
+    exact, _ = train_here(comm, demo, job_tmp / "fp32", "auto", *flags[:-4], "--checkpoint-every", "150000")
+    whole, res = train_here(comm, demo, job_tmp / "whole", "auto", *flags)
+    assert whole != exact                      # the encoding rounds ...
+    if comm.is_root:
+        ring = res.metrics[-1]["block_ring_bytes"]
+        assert res.metrics[-1]["block_wire"] == wire
+        fp32 = train_bytes(job_tmp / "fp32")
+        assert ring[0] < 0.6 * fp32[0]         # ... and sends about half (bf16) or a quarter (int8)
+        ck = checkpoint.load(str(sorted((job_tmp / "whole" / "checkpoints").glob("ckpt-*.h5"))[-1]))
+        ref = checkpoint.load(str(sorted((job_tmp / "fp32" / "checkpoints").glob("ckpt-*.h5"))[-1]))
+        assert np.abs(ck.w_in - ref.w_in).max() < 0.05 * np.abs(ref.w_in).max()
+    path = job_tmp / "whole" / "checkpoints"
+    if comm.is_root:
+        for late in sorted(path.glob("ckpt-*.h5"))[1:]:
+            late.unlink()
+    comm.barrier()
+    again, _ = train_here(comm, demo, job_tmp / "whole", "auto", *flags, "--resume", "auto")
+    assert again == whole
+
+
+def train_bytes(run) -> list:
+    import json
+
+    return json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["block_ring_bytes"]

@@ -1,0 +1,186 @@
+"""--store blocks: the arithmetic (blocks, the ring, the hand-offs), the compiled pair kernels
+against plain Python, the noise restricted to a block, and the options it refuses."""
+
+import numpy as np
+import pytest
+
+from mpidwe.core.blocks import (block_members, block_noise_tables, handoff, held_block, ring_shifts,
+                                snake_blocks)
+from mpidwe.core.config import TrainConfig, parse_command
+from mpidwe.core.errors import ConfigError
+from mpidwe.core.vocab import negative_probabilities, table_probabilities
+from mpidwe.kernels.common import LCG_INCREMENT, LCG_MULTIPLIER
+from mpidwe.kernels.pairs import Noise, Span, bucket_order, train_bucket, window_pairs
+from mpidwe.kernels.rows import Params
+
+MASK = (1 << 64) - 1
+
+
+def zipf_counts(v: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (1e6 / np.arange(1, v + 1) * rng.uniform(0.9, 1.1, v)).astype(np.int64) + 1
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("v", [1, 7, 64, 1001])
+def test_snake_blocks_split_every_word_once_with_about_equal_mass(parts, v):
+    counts = zipf_counts(v)
+    block_of = snake_blocks(counts, parts)
+    assert block_of.dtype == np.int32 and block_of.min() >= 0 and block_of.max() < parts
+    sizes = np.bincount(block_of, minlength=parts)
+    assert sizes.max() - sizes.min() <= 1
+    members, offsets = block_members(block_of, parts)
+    assert sorted(members.tolist()) == list(range(v)) and offsets[-1] == v
+    for b in range(parts):
+        assert (block_of[members[offsets[b]:offsets[b + 1]]] == b).all()
+    if v >= 64 * parts and parts > 1:
+        # the snake deals the head evenly: the heaviest block holds at most what the lightest
+        # holds plus the single most frequent word
+        mass = np.bincount(block_of, weights=counts.astype(float), minlength=parts)
+        assert mass.max() - mass.min() <= counts.max()
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 4, 5, 8])
+def test_the_ring_trains_every_bucket_once_per_pass_with_disjoint_blocks_per_step(parts):
+    for rnd in range(6):
+        shifts = ring_shifts(7, rnd * 1000, parts)
+        assert sorted(shifts.tolist()) == list(range(parts))       # a permutation
+        seen = np.zeros((parts, parts), int)
+        for s in shifts:
+            held = [held_block(r, int(s), parts) for r in range(parts)]
+            assert sorted(held) == list(range(parts))              # one writer per output block
+            for r, j in enumerate(held):
+                seen[r, j] += 1
+        assert (seen == 1).all()                                    # bucket (r, j) once per pass
+    assert [ring_shifts(7, 3, parts).tolist() for _ in range(2)] == [ring_shifts(7, 3, parts).tolist()] * 2
+    if parts >= 4:              # another pass, another order (PyTorch-BigGraph: a fixed one overfits)
+        assert len({tuple(ring_shifts(7, w, parts)) for w in range(20)}) > 1
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 4, 5])
+def test_a_handoff_sends_each_block_to_the_rank_that_holds_it_next(parts):
+    for before in range(parts):
+        for after in range(parts):
+            for r in range(parts):
+                dest, source = handoff(r, before, after, parts)
+                assert held_block(dest, after, parts) == held_block(r, before, parts)
+                assert held_block(r, after, parts) == held_block(source, before, parts)
+                assert handoff(dest, before, after, parts)[1] == r          # dest expects it from r
+
+
+@pytest.mark.parametrize("parts", [1, 3, 4])
+def test_noise_from_a_block_follows_unigram_075_within_it(parts):
+    counts = zipf_counts(200, seed=3)
+    members, offsets = block_members(snake_blocks(counts, parts), parts)
+    table = block_noise_tables(counts, members, offsets)
+    for b in range(parts):
+        lo, hi = offsets[b], offsets[b + 1]
+        np.testing.assert_allclose(table_probabilities(table[lo:hi]),
+                                   negative_probabilities(counts[members[lo:hi]]), atol=1e-9)
+        assert table[lo:hi, 1].max() < hi - lo                   # aliases index the block's members
+
+
+def test_bucket_order_is_a_stable_counting_sort_with_empty_buckets():
+    keys = np.random.default_rng(1).integers(0, 5, 1000).astype(np.int32)
+    keys[keys == 2] = 3                                            # bucket 2 empty
+    order, starts = bucket_order(keys, 6)                          # bucket 5 empty too
+    np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
+    np.testing.assert_array_equal(starts, np.searchsorted(np.sort(keys), np.arange(7)))
+    assert starts[3] == starts[2] and starts[6] == starts[5] == 1000
+
+
+def python_pairs(tokens, starts, keep, window, state):
+    """word2vec's subsampling and shrunk window, by the contract in kernels/pairs.py."""
+    def lcg(s):
+        return (s * LCG_MULTIPLIER + LCG_INCREMENT) & MASK
+    pairs = []
+    bounds = list(starts) + [len(tokens)]
+    for s in range(len(starts)):
+        kept = []
+        for w in tokens[bounds[s]:bounds[s + 1]]:
+            if keep[w] < 1.0:
+                state = lcg(state)
+                if np.float32(state >> 40) * np.float32(1.0 / 16777216.0) > keep[w]:
+                    continue
+            kept.append(int(w))
+        for i in range(len(kept)):
+            state = lcg(state)
+            reach = window - (((state >> 32) * window) >> 32)
+            for j in range(max(i - reach, 0), min(i + reach, len(kept) - 1) + 1):
+                if j != i:
+                    pairs.append((kept[j], kept[i]))
+    return pairs, state
+
+
+def test_window_pairs_follow_the_contract():
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(0, 50, 3000).astype(np.int32)
+    starts = np.array([0, 5, 6, 6, 400, 1200, 2999], np.int64)    # an empty and a one-word sentence
+    keep = rng.uniform(0.3, 1.2, 50).astype(np.float32)
+    state = np.array([12345, 999], np.uint64)
+    inp, out = window_pairs(tokens, starts, keep, 5, state)
+    want, end = python_pairs(tokens, starts, keep, 5, 12345)
+    assert list(zip(inp.tolist(), out.tolist())) == want
+    assert int(state[0]) == end and int(state[1]) == 999
+
+
+def test_train_bucket_touches_only_its_input_rows_and_the_held_block():
+    v, dim, parts = 120, 8, 4
+    counts = zipf_counts(v, seed=5)
+    block_of = snake_blocks(counts, parts)
+    members, offsets = block_members(block_of, parts)
+    table = block_noise_tables(counts, members, offsets)
+    rng = np.random.default_rng(6)
+    w_in = rng.standard_normal((v, dim)).astype(np.float32)
+    w_out = rng.standard_normal((v, dim)).astype(np.float32) * 0.1
+    before_in, before_out = w_in.copy(), w_out.copy()
+    j = 2
+    inp = members[offsets[1]:offsets[2]][rng.integers(0, offsets[2] - offsets[1], 500)]
+    out = np.repeat(members[offsets[j]:offsets[j] + 3], 200)[:500]       # three centres
+    rows = Params(w_in, w_out, np.zeros(v, np.uint8), np.zeros(v, np.uint8))
+    noise = Noise(table, members, int(offsets[j]), int(offsets[j + 1] - offsets[j]), 5, False, 10)
+    loss, n = train_bucket(rows, inp, out, noise, Span(0.05, 1e-4, 0.0, 1000.0, 1e6), np.array([1, 2], np.uint64), 2)
+    assert n == 500 and np.isfinite(loss) and loss > 0
+    changed_in = np.flatnonzero((w_in != before_in).any(axis=1))
+    changed_out = np.flatnonzero((w_out != before_out).any(axis=1))
+    assert set(changed_in) <= set(inp.tolist()) and len(changed_in) > 0
+    assert (block_of[changed_out] == j).all() and len(changed_out) > 3      # the noise, from block j only
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--model", "cbow"], "skip-gram"),
+    (["--loss", "hs"], "skip-gram"),
+    (["--subwords"], "subword"),
+    (["--balance", "speed"], "--balance speed"),
+    (["--kernel", "torch"], "numba"),
+])
+def test_the_block_store_refuses_what_it_cannot_train_in_one_line(flags, says):
+    with pytest.raises((ConfigError, SystemExit)) as err:
+        parse_command(TrainConfig, ["--store", "blocks", *flags], prog="test", description="")
+    text = str(err.value)
+    assert says in text and "--store replicated" in text and "\n" not in text
+
+
+def lcg_steps(state: int, n: int) -> int:
+    for _ in range(n):
+        state = (state * LCG_MULTIPLIER + LCG_INCREMENT) & MASK
+    return state
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_shared_negatives_draw_once_per_run_of_a_centres_pairs(shared):
+    v, dim = 40, 8
+    counts = zipf_counts(v, seed=7)
+    members, offsets = block_members(snake_blocks(counts, 1), 1)
+    table = block_noise_tables(counts, members, offsets)
+    rng = np.random.default_rng(8)
+    w_in = rng.standard_normal((v, dim)).astype(np.float32) * 0.1
+    w_out = np.zeros((v, dim), np.float32)
+    out = np.array([3] * 7 + [5] * 2 + [3] * 3 + [9], np.int32)     # runs of 7 (capped at 4: 4 + 3), 2, 3, 1
+    inp = rng.integers(0, v, len(out)).astype(np.int32)
+    state = np.array([42], np.uint64)
+    rows = Params(w_in, w_out, np.zeros(v, np.uint8), np.zeros(v, np.uint8))
+    _, n = train_bucket(rows, inp, out, Noise(table, members, 0, v, 5, shared, 4), Span(0.05, 1e-4, 0, 1, 1e6),
+                        state, 1)
+    draws = 5 * (5 if shared else len(out))
+    assert n == len(out) and int(state[0]) == lcg_steps(42, draws)
