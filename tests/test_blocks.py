@@ -10,7 +10,7 @@ from mpidwe.core.config import TrainConfig, parse_command
 from mpidwe.core.errors import ConfigError
 from mpidwe.core.vocab import negative_probabilities, table_probabilities
 from mpidwe.kernels.common import LCG_INCREMENT, LCG_MULTIPLIER
-from mpidwe.kernels.pairs import Noise, Span, bucket_order, train_bucket, window_pairs
+from mpidwe.kernels.pairs import Noise, Span, partition, piece_pairs, train_bucket, window_pairs
 from mpidwe.kernels.rows import Params
 
 MASK = (1 << 64) - 1
@@ -80,13 +80,19 @@ def test_noise_from_a_block_follows_unigram_075_within_it(parts):
         assert table[lo:hi, 1].max() < hi - lo                   # aliases index the block's members
 
 
-def test_bucket_order_is_a_stable_counting_sort_with_empty_buckets():
-    keys = np.random.default_rng(1).integers(0, 5, 1000).astype(np.int32)
-    keys[keys == 2] = 3                                            # bucket 2 empty
-    order, starts = bucket_order(keys, 6)                          # bucket 5 empty too
-    np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
-    np.testing.assert_array_equal(starts, np.searchsorted(np.sort(keys), np.arange(7)))
-    assert starts[3] == starts[2] and starts[6] == starts[5] == 1000
+def test_partition_groups_pairs_stably_by_either_blocks_with_empty_groups():
+    rng = np.random.default_rng(1)
+    block_of = rng.integers(0, 5, 50).astype(np.int32)
+    block_of[block_of == 2] = 3                                    # block 2 empty
+    inp, out = rng.integers(0, 50, 1000).astype(np.int32), rng.integers(0, 50, 1000).astype(np.int32)
+    for by_out, key in ((True, block_of[out]), (False, block_of[inp])):
+        to = np.empty((1000, 2), np.int32)                          # columns: strided views, as the store's
+        starts = partition(inp, out, block_of, by_out, 6, to[:, 0], to[:, 1])     # block 5 empty too
+        order = np.argsort(key, kind="stable")
+        np.testing.assert_array_equal(to[:, 0], inp[order])
+        np.testing.assert_array_equal(to[:, 1], out[order])
+        np.testing.assert_array_equal(starts, np.searchsorted(np.sort(key), np.arange(7)))
+        assert starts[3] == starts[2] and starts[6] == starts[5] == 1000
 
 
 def python_pairs(tokens, starts, keep, window, state):
@@ -184,3 +190,22 @@ def test_shared_negatives_draw_once_per_run_of_a_centres_pairs(shared):
                         state, 1)
     draws = 5 * (5 if shared else len(out))
     assert n == len(out) and int(state[0]) == lcg_steps(42, draws)
+
+
+def test_pairs_on_threads_are_each_shares_pairs_in_order():
+    rng = np.random.default_rng(9)
+    tokens = rng.integers(0, 30, 5000).astype(np.int32)
+    starts = np.arange(0, 5000, 37, dtype=np.int64)
+    keep = np.full(30, 0.8, np.float32)
+    state = np.array([5, 6, 7], np.uint64)
+    inp, out = piece_pairs(tokens, starts, keep, 4, state, 3)
+    from mpidwe.kernels.common import split_sentences
+    bounds = split_sentences(starts, len(tokens), 3)
+    want = []
+    for t in range(3):
+        lo = starts[bounds[t]]
+        hi = starts[bounds[t + 1]] if bounds[t + 1] < len(starts) else len(tokens)
+        pairs, end = python_pairs(tokens[lo:hi], starts[bounds[t]:bounds[t + 1]] - lo, keep, 4, [5, 6, 7][t])
+        want += pairs
+        assert int(state[t]) == end
+    assert list(zip(inp.tolist(), out.tolist())) == want

@@ -4,7 +4,7 @@ sorting into buckets, and the training of one bucket with noise words from one b
 A pair (inp, out) is word2vec's skip-gram example: the input row of the context word
 ``inp`` predicts the centre word ``out`` against noise words. The pairs of a round are made
 where the text is read (``window_pairs``), sent to the rank that owns ``inp``'s block, sorted
-there by ``out``'s block (``bucket_order``) and trained one bucket per ring step
+there by ``out``'s block (``partition``) and trained one bucket per ring step
 (``train_bucket``), with every noise word drawn from the output block the rank holds.
 
 Random draws (the contract of common.py, for this store): ``window_pairs`` draws, sentence
@@ -24,6 +24,7 @@ import numpy as np
 from numba import literally, njit, typeof, types
 
 from .cache import stamp_sources
+from .common import split_sentences
 from .cpu import run_threads
 from .negative import skipgram_pair
 from .rows import Params
@@ -73,21 +74,25 @@ def window_pairs(tokens, sent_starts, keep_prob, window, rng_state):
 
 
 @njit(cache=True, nogil=True)
-def bucket_order(keys, parts):
-    """A stable counting sort by ``keys`` (int32 in [0, parts)): (order int64 [n], starts
-    int64 [parts + 1]); bucket b is order[starts[b]:starts[b + 1]]."""
+def partition(inp, out, block_of, by_out, parts, inp_to, out_to):
+    """Pairs into ``inp_to``/``out_to`` grouped by the block of their output word (``by_out``)
+    or of their input word, stably (a counting sort in two passes, no permutation array);
+    returns starts int64 [parts + 1]: group b is [starts[b], starts[b + 1])."""
+    n = inp.shape[0]
     starts = np.zeros(parts + 1, np.int64)
-    for k in keys:
+    for i in range(n):
+        k = block_of[out[i]] if by_out else block_of[inp[i]]
         starts[k + 1] += 1
     for b in range(parts):
         starts[b + 1] += starts[b]
     fill = starts[:parts].copy()
-    order = np.empty(keys.shape[0], np.int64)
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        order[fill[k]] = i
-        fill[k] += 1
-    return order, starts
+    for i in range(n):
+        k = block_of[out[i]] if by_out else block_of[inp[i]]
+        j = fill[k]
+        inp_to[j] = inp[i]
+        out_to[j] = out[i]
+        fill[k] = j + 1
+    return starts
 
 
 @njit(inline="always")
@@ -185,7 +190,7 @@ def train_span(dim, rows, bucket, noise, sched, rng_state, tid, result):
     result[tid, 1] = b - a
 
 
-for _dispatcher in (window_pairs, bucket_order, train_span):
+for _dispatcher in (window_pairs, partition, train_span):
     stamp_sources(_dispatcher)
 
 
@@ -221,3 +226,22 @@ def _compiled_span(dim: int, rest: tuple):
         argtypes = (types.IntegerLiteral(dim),) + tuple(typeof(a) for a in rest)
         compiled = _COMPILED[dim] = train_span.compile(argtypes)
     return compiled
+
+
+def piece_pairs(tokens, sent_starts, keep_prob, window: int, rng_state, threads: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of a piece on ``threads`` threads: thread t makes those of its contiguous
+    share of the sentences from random stream t, in order (cpu.chunks' split)."""
+    if threads == 1 or len(sent_starts) < 2 * threads:
+        return window_pairs(tokens, sent_starts, keep_prob, window, rng_state)
+    bounds = split_sentences(sent_starts, len(tokens), threads)
+
+    def run(t):
+        s_lo, s_hi = bounds[t], bounds[t + 1]
+        lo = sent_starts[s_lo] if s_lo < len(sent_starts) else len(tokens)
+        hi = sent_starts[s_hi] if s_hi < len(sent_starts) else len(tokens)
+        state = rng_state[t:t + 1]             # a view: the thread's stream advances in place
+        return window_pairs(tokens[lo:hi], sent_starts[s_lo:s_hi] - lo, keep_prob, window, state)
+
+    made = run_threads(run, threads)
+    return np.concatenate([m[0] for m in made]), np.concatenate([m[1] for m in made])

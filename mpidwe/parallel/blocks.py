@@ -25,7 +25,7 @@ import numpy as np
 from ..core.config import block_wire
 from ..core.blocks import block_members, block_noise_tables, handoff, held_block, ring_shifts, snake_blocks
 from ..kernels.args import KernelArgs
-from ..kernels.pairs import Noise, Span, bucket_order, train_bucket, window_pairs
+from ..kernels.pairs import Noise, Span, partition, piece_pairs, train_bucket
 from ..kernels.rows import Params
 from .comm import Comm
 from .replicated import fresh_params, read_params, save_on_root, write_on_root
@@ -79,15 +79,15 @@ class BlockStore(Store):
         t0 = time.perf_counter()
         made, words = [], 0
         for tokens, starts in work.pieces:
-            made.append(window_pairs(tokens, starts, args.keep_prob, args.window, rng))
+            made.append(piece_pairs(tokens, starts, args.keep_prob, args.window, rng, self.threads))
             words += len(tokens)
         inp = np.concatenate([m[0] for m in made]) if made else np.zeros(0, np.int32)
         out = np.concatenate([m[1] for m in made]) if made else np.zeros(0, np.int32)
         compute = time.perf_counter() - t0
-        inp, out = self.route(inp, out)
+        got = self.route(inp, out)
         t1 = time.perf_counter()
-        order, starts = bucket_order(self.block_of[out], self.comm.size)
-        inp, out = inp[order], out[order]
+        inp, out = np.empty(len(got), np.int32), np.empty(len(got), np.int32)
+        starts = partition(got[:, 0], got[:, 1], self.block_of, True, self.comm.size, inp, out)
         compute += time.perf_counter() - t1
         loss, examples, trained = 0.0, 0, 0.0
         # global words of the pass: every rank trains about as many as this one (work.scale)
@@ -110,17 +110,17 @@ class BlockStore(Store):
         self.biggest = self.probe()
         return Trained(words, loss, examples, compute)
 
-    def route(self, inp: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every pair to the rank that owns its input word (one all-to-all of int32 ids)."""
+    def route(self, inp: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Every pair to the rank that owns its input word (one all-to-all of int32 ids):
+        int32 [n, 2] (input, output), senders in rank order, each in its own order."""
         t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
         k = self.comm.stats.steps
-        order, starts = bucket_order(self.block_of[inp], self.comm.size)
         send = np.empty((len(inp), 2), np.int32)
-        send[:, 0], send[:, 1] = inp[order], out[order]
+        starts = partition(inp, out, self.block_of, False, self.comm.size, send[:, 0], send[:, 1])
         got, _ = self.comm.alltoallv(send, np.diff(starts))
         self.route_bytes += self.comm.stats.bytes_sent - b
         self._account(t, b, s, k)
-        return np.ascontiguousarray(got[:, 0]), np.ascontiguousarray(got[:, 1])
+        return got
 
     def move_to(self, shift: int) -> None:
         """Hand the held output block on and take the one held at ``shift`` (the ring step)."""
