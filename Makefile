@@ -64,7 +64,7 @@ else
 endif
 	$(PIP) install -e .
 	# compile the numba kernels a default run uses into numba's disk cache, so that the
-	# first run does not (docs/running.md, "Compiled kernels"; again: make warm)
+	# first run does not (docs/guide.md, "Compiled kernels"; again: make warm)
 	$(BIN)/python -m mpidwe warm $(WARM)
 	touch $@
 
