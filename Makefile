@@ -1,6 +1,6 @@
 # mpidwe: one-command set-up. `make demo` and `make test` create .venv if missing and
-# install everything into it (PyTorch pinned so a CPU machine gets no CUDA packages,
-# and an MPI from PyPI unless MPI=site).
+# install everything into it (PyTorch's CPU build where no NVIDIA GPU is, and an MPI from
+# PyPI unless MPI=site).
 #   make install              .venv with everything, the kernels compiled into numba's cache
 #   make warm WARM="--dim 300"  compile the kernels of other training options too (mpidwe warm)
 #   make demo                 generate the demo corpus, preprocess it on NP ranks, train, evaluate
@@ -9,28 +9,53 @@
 #   make test-install         pip install ".[mpich]" in a clean venv, then a 2-rank run (minutes)
 #   make bench                benchmarks against gensim on ../shared/data (minutes)
 # Knobs: PYTHON=python3.11  NP=2  MPI=mpich|openmpi|site  TORCH=torch==2.13.0  WARM="--dim 300"
-#        TORCH_INDEX=https://download.pytorch.org/whl/cpu (elsewhere, for the CPU build)
+#        TORCH_INDEX=URL (where PyTorch comes from; TORCH_INDEX= for PyPI's default build)
+#
+# PyTorch: without nvidia-smi, the CPU build from PyTorch's CPU index (PyPI's Linux wheel is
+# the CUDA build: several GB of nvidia-* packages); where that index does not answer, the
+# CPU build as $(TORCH)+cpu from pip's own indexes, never the CUDA build. With nvidia-smi,
+# PyPI's build (CUDA). `make torch-args` prints the pip arguments this machine gets.
 
 PYTHON ?= python3
 VENV ?= .venv
 NP ?= 2
 MPI ?= mpich
 TORCH ?= torch==2.13.0
-TORCH_INDEX ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+NVIDIA_SMI := $(shell command -v nvidia-smi 2>/dev/null)
+TORCH_INDEX ?= $(if $(NVIDIA_SMI),,$(TORCH_CPU_INDEX))
+# the CPU build's name on a mirror or wheel folder: X+cpu on Linux (elsewhere PyPI's is the CPU build)
+TORCH_CPU := $(if $(and $(findstring ==,$(TORCH)),$(filter Linux,$(shell uname -s))),$(TORCH)+cpu,$(TORCH))
 DEMO_DIR ?= demo
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed-$(MPI)
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install warm demo test test-fast test-install bench clean distclean
+.PHONY: install warm demo test test-fast test-install bench clean distclean torch-args
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The pip arguments for PyTorch, as a shell command's output; says on stderr which build and why.
+ifeq ($(TORCH_INDEX),)
+TORCH_ARGS = echo "make: PyTorch from PyPI: $(if $(NVIDIA_SMI),nvidia-smi found,TORCH_INDEX is empty), so the CUDA build on Linux" \
+	"(TORCH_INDEX=$(TORCH_CPU_INDEX) for the CPU build)" >&2; echo "$(TORCH)"
+else ifneq ($(TORCH_INDEX),$(TORCH_CPU_INDEX))
+TORCH_ARGS = echo "make: PyTorch from TORCH_INDEX=$(TORCH_INDEX)" >&2; echo "--index-url $(TORCH_INDEX) $(TORCH)"
+else
+TORCH_ARGS = if $(PYTHON) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=20)' \
+		"$(TORCH_CPU_INDEX)/torch/" >/dev/null 2>&1; then \
+	echo "make: PyTorch's CPU build from $(TORCH_CPU_INDEX): no NVIDIA GPU here (no nvidia-smi; TORCH_INDEX= for PyPI's CUDA build)" >&2; \
+	echo "--index-url $(TORCH_CPU_INDEX) $(TORCH)"; \
+	else echo "make: PyTorch's CPU build as $(TORCH_CPU) from pip's indexes: no NVIDIA GPU here (no nvidia-smi)," \
+		"and $(TORCH_CPU_INDEX) does not answer (TORCH_INDEX=URL for a mirror of it)" >&2; echo "$(TORCH_CPU)"; fi
+endif
+
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(PIP) install --upgrade pip setuptools wheel
-	$(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	args=$$($(TORCH_ARGS)) && $(PIP) install $$args || { echo "make: could not install PyTorch" \
+		"($${args:-no arguments}); set TORCH_INDEX to an index that has it" >&2; exit 1; }
 ifeq ($(MPI),site)
 	# build mpi4py against the MPI whose mpicc is on PATH (e.g. after `module load openmpi`)
 	$(PIP) install --no-binary mpi4py --no-cache-dir mpi4py
@@ -39,7 +64,7 @@ else
 endif
 	$(PIP) install -e .
 	# compile the numba kernels a default run uses into numba's disk cache, so that the
-	# first run does not (docs/running.md, "Compiled kernels"; again: make warm)
+	# first run does not (docs/guide.md, "Compiled kernels"; again: make warm)
 	$(BIN)/python -m mpidwe warm $(WARM)
 	touch $@
 
@@ -56,6 +81,9 @@ $(TEST_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+torch-args:
+	@$(TORCH_ARGS)
+
 warm: $(STAMP)
 	$(BIN)/python -m mpidwe warm $(WARM)
 
@@ -70,10 +98,10 @@ test: $(TEST_STAMP)
 test-fast: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -ra -m "not mpi and not slow and not install" tests
 
-# pip install ".[mpich]" into a clean venv (PyTorch from TORCH_INDEX when given), then a
-# 2-rank run through the console script: the pip path of the README (a few minutes, network)
+# pip install ".[mpich]" into a clean venv (PyTorch first, as `make install` chooses it), then
+# a 2-rank run through the console script: the pip path of the README (a few minutes, network)
 test-install: $(TEST_STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" MPIDWE_TEST_TORCH_INDEX="$(TORCH_INDEX)" \
+	args=$$($(TORCH_ARGS)) && PATH="$(abspath $(BIN)):$$PATH" MPIDWE_TEST_TORCH_ARGS="$$args" \
 		$(BIN)/python -m pytest -v -ra -m install tests/test_install.py
 
 bench: $(TEST_STAMP)

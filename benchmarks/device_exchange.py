@@ -10,7 +10,7 @@ between device and host (each rank's touched rows down, the rows any rank change
 per rank the bytes between ranks (``sync_bytes``), the bytes staged through host numpy, the
 sync's communication and array seconds, and the median sync after the first (the first
 loads the numba rule); and the parameters' digest, equal for both exchanges (--sync sparse).
-docs/benchmarks.md, "Between devices", has the figures and what they do and do not show.
+docs/lab/benchmarks.md, "Between devices", has the figures and what they do and do not show.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Trains the demo corpus (``mpidwe.synth``, generated into a temporary directory) 
 ``--kernel torch --device cpu`` at one rank, through ``mpidwe.train.run`` (the real round loop:
 Backend, syncs, checkpoint, export), under a ``TorchDispatchMode`` that sees every aten op the
 process dispatches. The same op stream runs on CUDA, so the counts are what a GPU would be
-asked to do; no GPU is needed. Counting is deterministic: tests/test_gpu_dispatch.py asserts
+asked to do; no GPU is needed. Counting is deterministic: tests/test_gpu_path.py asserts
 the targets (issue 11: at most 2,000 ops and 50 host syncs per 1M trained words).
 
 A *host sync* is an operation that makes the host wait for the device on CUDA (a
@@ -25,7 +25,7 @@ device-to-host read of a value). Counted as one:
 *Bytes* is a roofline estimate of memory traffic: every non-view op reads its tensor inputs
 and writes its outputs, except the embedding gathers and scatters, which touch only the rows
 they index (``index`` reads the rows it returns; ``index_add_`` reads and writes one row per
-source row). docs/benchmarks.md turns these into a words/s bound for one H100.
+source row). docs/lab/benchmarks.md turns these into a words/s bound for one H100.
 """
 
 from __future__ import annotations

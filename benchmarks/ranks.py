@@ -1,4 +1,4 @@
-"""Quality against the number of ranks, for every sync mode (docs/sync-modes.md).
+"""Quality against the number of ranks, for every sync mode (docs/lab/sync-modes.md).
 
     python benchmarks/ranks.py demo   [--ranks 1 2 4 8 16] [--modes auto sparse dense average]
     python benchmarks/ranks.py enwiki [--ranks 1 2 4 8] [--data DIR] [-- TRAIN FLAGS]
@@ -15,7 +15,7 @@ the others are ``--sync`` modes of the replicated store. Ranks beyond this machi
 oversubscribed: quality does not depend on it, the seconds do (they are printed but mean
 little there). Every run is a real ``mpiexec -n P python -m mpidwe.train``; a refused
 combination prints its one-line reason instead of a row, a diverged one its exit 3. The
-third form is the GPU check of docs/sync-modes.md ("The fused kernel at several ranks"): all
+third form is the GPU check of docs/lab/sync-modes.md ("The fused kernel at several ranks"): all
 ranks on the one GPU of a lent machine (``--data``: a folder holding the enwiki text and the
 evaluation files, as the device tool carries it); rows then also give the device store's
 copies between device and host per trained word (``device_down_bytes`` and

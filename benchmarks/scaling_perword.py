@@ -17,7 +17,7 @@ One node runs one rank of T threads at T e r words per second (e: the threads' e
 ``--thread-efficiency``, assumed 0.8 by default; or ``--node-rate R``, a node's MEASURED
 words/s at T threads, e.g. the kernel's rate of benchmarks/layouts.py's 1 x T run, which sets
 e = R / (T r): a 16-core node computed enwiki at 7.3-8.2M words/s, e = 0.31-0.35 against
-this machine's r, docs/scaling.md).
+this machine's r, docs/lab/scaling.md).
 The sync's array work runs on one core today (``--array-threads 1``); with more, it is
 divided among them at the threads' efficiency. Per word of one node, with no overlap:
 

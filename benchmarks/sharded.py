@@ -28,7 +28,7 @@ vocabulary (mpidwe.synth --tokens 8000000 --rare-words 1700000 --rare-share 0.5 
 at min-count 1: 1,526,844 words), scored on its planted key. Prints the run's row and the
 bound of issue 23: every rank's peak RSS at most half of one replica's two matrices
 (4 V d bytes) plus 500 MB, with what bounded the round (config.json's round_bound) and its
-words per rank (tests/test_sharded_memory.py runs it).
+words per rank (tests/test_sharded.py, test_defaults_hold_half_a_replica, checks the bound).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ finished round k-1 and every rank has finished round k-1-s (s = 0 is bulk-synchr
 inf lets every rank run free), with communication left out, and prints each makespan against
 s = 0 and as a fraction of the measured training loop. That is the most a bound s could
 save on these runs: SSP would also cost the refresh
-of rows other ranks change meanwhile, and staleness costs quality (docs/sync-modes.md).
+of rows other ranks change meanwhile, and staleness costs quality (docs/lab/sync-modes.md).
 """
 
 from __future__ import annotations

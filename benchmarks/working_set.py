@@ -9,8 +9,8 @@ subsampling), skip-gram, window 5, 5 shared negatives, sample 1e-4: per round si
 (distinct tokens), E[W] (working-set rows), the working set's bytes 8 (T + W) d, and per
 rank count P the own rows 8 V d / P and the bytes each rank sends per trained word,
 (8 d + 16) (T + W) (P - 1) / (P B), with the microseconds they take at 10 and 100 Gbit/s
-(docs/scaling.md). corpus: E[W] of a real corpus's counts with shared and per-pair negatives,
-as a share of the vocabulary (docs/sync-modes.md).
+(docs/lab/scaling.md). corpus: E[W] of a real corpus's counts with shared and per-pair negatives,
+as a share of the vocabulary (docs/lab/sync-modes.md).
 """
 
 from __future__ import annotations

@@ -26,16 +26,65 @@ mpidwe_source_site() {
     done
 }
 
-# CPU threads for each rank: the CPUs Slurm gave each task (--cpus-per-task), or
-# MPIDWE_THREADS. The jobs pass it as --threads and OMP_NUM_THREADS: where Slurm does not
-# bind tasks to CPUs, every rank sees all the node's cores and would start that many
-# threads. (srun needs --cpus-per-task again, see mpidwe_launcher: since Slurm 22.05 it
-# no longer takes it from the batch job's environment.)
-mpidwe_threads() {
-    local n=${MPIDWE_THREADS:-${SLURM_CPUS_PER_TASK:-}}
-    if [[ -z $n && -n ${SLURM_CPUS_ON_NODE:-} && -n ${SLURM_NTASKS_PER_NODE:-} ]]; then
-        n=$(( SLURM_CPUS_ON_NODE / SLURM_NTASKS_PER_NODE ))
+# The CPUs Slurm gave each task: --cpus-per-task where the job asked for it, otherwise the
+# fewest CPUs per task over the job's nodes (SLURM_JOB_CPUS_PER_NODE / SLURM_TASKS_PER_NODE,
+# e.g. "32(x4)" and "1(x4)": 4 nodes of 32 CPUs, one task each -> 32). A job that asked for
+# no task count (no SLURM_NTASKS) is one task per node, whatever SLURM_TASKS_PER_NODE says
+# (an --exclusive job's counts its CPUs). Empty outside Slurm.
+mpidwe_cpus_per_task() {
+    if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+        echo "$SLURM_CPUS_PER_TASK"
+        return 0
     fi
+    local cpus tasks n per fewest=''
+    if [[ -n ${SLURM_JOB_CPUS_PER_NODE:-} && -n ${SLURM_TASKS_PER_NODE:-} ]]; then
+        read -r -a cpus <<<"$(mpidwe_per_node "$SLURM_JOB_CPUS_PER_NODE")"
+        read -r -a tasks <<<"$(mpidwe_per_node "$SLURM_TASKS_PER_NODE")"
+        if [[ -z ${SLURM_NTASKS:-} ]]; then
+            for n in "${!tasks[@]}"; do tasks[n]=1; done
+        fi
+        for (( n = 0; n < ${#cpus[@]} && n < ${#tasks[@]}; n++ )); do
+            (( tasks[n] > 0 )) || continue
+            per=$(( cpus[n] / tasks[n] ))
+            if [[ -z $fewest ]] || (( per < fewest )); then
+                fewest=$per
+            fi
+        done
+    elif [[ -n ${SLURM_CPUS_ON_NODE:-} && -n ${SLURM_NTASKS_PER_NODE:-} ]]; then
+        fewest=$(( SLURM_CPUS_ON_NODE / SLURM_NTASKS_PER_NODE ))
+    fi
+    if [[ -n $fewest ]] && (( fewest < 1 )); then
+        fewest=1
+    fi
+    echo "$fewest"
+}
+
+# The job's ranks: its tasks, or one per node where it asked for no task count (srun's default).
+mpidwe_ranks() {
+    echo "${SLURM_NTASKS:-${SLURM_JOB_NUM_NODES:-1}}"
+}
+
+# Slurm's compressed per-node lists, one number per node: "32(x2),16" -> "32 32 16".
+mpidwe_per_node() {
+    local item out=() i items
+    IFS=, read -r -a items <<<"$1"
+    for item in "${items[@]}"; do
+        if [[ $item =~ ^([0-9]+)\(x([0-9]+)\)$ ]]; then
+            for (( i = 0; i < BASH_REMATCH[2]; i++ )); do out+=("${BASH_REMATCH[1]}"); done
+        else
+            out+=("$item")
+        fi
+    done
+    echo "${out[*]}"
+}
+
+# CPU threads for each rank: MPIDWE_THREADS, or the CPUs Slurm gave each task (above), so
+# that a job takes whatever allocation it gets. The jobs pass it as --threads and
+# OMP_NUM_THREADS: where Slurm does not bind tasks to CPUs, every rank sees all the node's
+# cores and would start that many threads. (srun needs --cpus-per-task again, see
+# mpidwe_launcher: since Slurm 22.05 it no longer takes it from the batch job's environment.)
+mpidwe_threads() {
+    local n=${MPIDWE_THREADS:-$(mpidwe_cpus_per_task)}
     (( ${n:-0} >= 1 )) || n=1
     echo "$n"
 }
@@ -49,7 +98,7 @@ mpidwe_threads() {
 #                                   the node list from Slurm)
 #   MPIDWE_LAUNCHER="any command"   used as given, e.g. "srun --mpi=pmix_v4"
 mpidwe_launcher() {
-    local choice=${MPIDWE_LAUNCHER:-srun} version flavour plugins
+    local choice=${MPIDWE_LAUNCHER:-srun} version flavour plugins cpus
     version=$(mpiexec --version 2>&1 || true)
     case $version in
         *"Open MPI"* | *OpenRTE* | *PRRTE*) flavour=openmpi ;;
@@ -68,22 +117,31 @@ mpidwe_launcher() {
             elif [[ $flavour == openmpi ]]; then
                 # listed is not loadable: Debian's plugin needs libpmix-dev's libpmix.so
                 mpidwe_log "warning: srun --mpi=pmix does not work here; using Open MPI's mpiexec" >&2
-                MPIDWE_LAUNCH=(mpiexec -n "${SLURM_NTASKS:-1}" --bind-to none)
+                MPIDWE_LAUNCH=(mpiexec -n "$(mpidwe_ranks)" --bind-to none)
+                [[ -n ${SLURM_NTASKS:-} ]] || MPIDWE_LAUNCH+=(--map-by ppr:1:node)
                 return 0
             else
                 mpidwe_log "warning: no srun MPI plugin for this MPI ($flavour); using Slurm's MpiDefault" \
                            "(set MPIDWE_LAUNCHER=mpirun if the ranks do not see each other)" >&2
             fi
-            if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
-                MPIDWE_LAUNCH+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+            cpus=$(mpidwe_cpus_per_task)
+            if [[ -n $cpus ]]; then
+                MPIDWE_LAUNCH+=(--cpus-per-task="$cpus")
             fi
             ;;
         mpirun | mpiexec)
             command -v mpiexec >/dev/null || mpidwe_die "MPIDWE_LAUNCHER=$choice but no mpiexec on PATH"
-            MPIDWE_LAUNCH=(mpiexec -n "${SLURM_NTASKS:-1}")
+            MPIDWE_LAUNCH=(mpiexec -n "$(mpidwe_ranks)")
             # Open MPI binds each rank of a 1- or 2-rank job to one core: its threads would share it
             if [[ $flavour == openmpi ]]; then
                 MPIDWE_LAUNCH+=(--bind-to none)
+            fi
+            # no task count asked: one rank per node, as srun starts them (mpiexec would fill
+            # the first node's slots, which an --exclusive job counts in CPUs)
+            if [[ -z ${SLURM_NTASKS:-} && $flavour == openmpi ]]; then
+                MPIDWE_LAUNCH+=(--map-by ppr:1:node)
+            elif [[ -z ${SLURM_NTASKS:-} ]]; then
+                MPIDWE_LAUNCH+=(-ppn 1)
             fi
             ;;
         *)
@@ -184,6 +242,6 @@ mpidwe_clean_mpich_shm() {
 
 mpidwe_describe() {
     mpidwe_log "${SLURM_JOB_NAME:-mpidwe} on ${SLURM_JOB_NUM_NODES:-1} node(s)" \
-               "(${SLURM_JOB_NODELIST:-localhost}), ${SLURM_NTASKS:-1} rank(s) x $MPIDWE_NUM_THREADS" \
+               "(${SLURM_JOB_NODELIST:-localhost}), $(mpidwe_ranks) rank(s) x $MPIDWE_NUM_THREADS" \
                "thread(s); launcher: ${MPIDWE_LAUNCH[*]}"
 }

@@ -1,5 +1,5 @@
 """``python -m mpidwe warm [TRAIN OPTIONS]``: compile ahead, into numba's disk cache, what a
-first run compiles (docs/running.md, "Compiled kernels").
+first run compiles (docs/guide.md, "Compiled kernels").
 
 numba compiles the kernels on their first use on a machine, once per CPU model, kernel mode
 and ``--dim`` (up to a minute each under load), and caches the machine code on disk. ``warm``

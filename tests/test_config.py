@@ -125,7 +125,7 @@ def test_from_mapping_checks_every_config_class():
 
 def test_the_local_rate_cap_defaults_by_loss_and_is_stored_as_a_number():
     # hierarchical softmax lost analogy points at 4 ranks and diverged at 8 under negative
-    # sampling's cap of 0.2 (docs/sync-modes.md): its default cap is 2 x --lr
+    # sampling's cap of 0.2 (docs/lab/sync-modes.md): its default cap is 2 x --lr
     assert TrainConfig().max_local_lr == 0.2
     assert TrainConfig(loss="hs").max_local_lr == 0.05
     assert TrainConfig(loss="hs", model="cbow", lr=0.05).max_local_lr == 0.1

@@ -91,7 +91,7 @@ def test_the_default_on_cuda_dispatches_under_issue_26s_targets(tmp_path_factory
     1,000 dispatched ops (aten ops plus one per Triton launch) and 50 host syncs per 1M
     trained words. The launches are counted, not run (no GPU here; the op stream does not
     depend on the parameters' values). Measured 662 ops and 18.5 syncs; the torch kernel at
-    the same batch 3,113 ops. Its quality is measured on a GPU (docs/benchmarks.md)."""
+    the same batch 3,113 ops. Its quality is measured on a GPU (docs/lab/benchmarks.md)."""
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")        # the plan allows --kernel triton on the CPU only so
     bench = load_benchmark()
@@ -233,7 +233,7 @@ def test_torch_path_matches_numba_on_the_demo_analogies(tmp_path_factory, tmp_pa
     """The demo's analogy key within 2 points of the numba kernel, in well under a minute:
     1M tokens, 2 epochs, batch 4,096 (about 300 batches; measured torch 70.0%, numba 61.9%,
     while 16,384 gives 35.4%: too few batches for a corpus this small,
-    docs/benchmarks.md). The slow test below checks the default batch on the full demo."""
+    docs/lab/benchmarks.md). The slow test below checks the default batch on the full demo."""
     demo = make_demo_corpus(tmp_path_factory.mktemp("demo1m"), tokens=1_000_000, seed=5)
     ours = train(config(demo, tmp_path / "torch", batch_size=4096), Comm.serial(), log=None)
     ref = train(config(demo, tmp_path / "numba", kernel="numba"), Comm.serial(), log=None)
@@ -255,7 +255,7 @@ def test_torch_path_matches_numba_on_the_full_demo(tmp_path_factory, tmp_path):
 
 def test_adaptive_batch_follows_the_words_per_rank():
     """Issue 26: 0 (the default) picks the batch from the run's raw words per rank, and from
-    the local rate (a GPU, 2026-11-27: docs/sync-modes.md)."""
+    the local rate (a GPU, 2026-11-27: docs/lab/sync-modes.md)."""
     from mpidwe.kernels.batch import adaptive_batch_size
     assert TrainConfig.batch_size == 0
     assert adaptive_batch_size(2_000_000) == 4096        # the 1M-token demo, 2 epochs

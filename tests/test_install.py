@@ -9,7 +9,10 @@ the cheap tests here cover what it would catch first (the extras, the message)."
 from __future__ import annotations
 
 import email.parser
+import functools
 import os
+import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -116,16 +119,17 @@ def test_the_wheel_offers_the_mpi_extras_and_the_console_script(tmp_path):
 def test_pip_install_with_the_mpich_extra_in_a_clean_venv_trains_on_two_ranks(tmp_path):
     """README's pip path, literally: a clean venv, pip install ".[mpich]", then the
     console script preprocesses and trains on 2 ranks with the venv's own mpiexec.
-    MPIDWE_TEST_TORCH_INDEX: an index for PyTorch's CPU build (make test-install TORCH_INDEX=...)."""
+    MPIDWE_TEST_TORCH_ARGS: pip's arguments for PyTorch, first (make test-install passes what
+    `make install` would take: the CPU build on a machine without an NVIDIA GPU)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     bin_ = venv / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PATH"] = str(bin_) + os.pathsep + env.get("PATH", "")
     pip = [str(bin_ / "python"), "-m", "pip", "install", "-q"]
-    index = os.environ.get("MPIDWE_TEST_TORCH_INDEX")
-    if index:       # as README says: PyTorch's CPU build first
-        subprocess.run(pip + ["--index-url", index, "torch"], check=True, env=env, timeout=1500)
+    torch_args = shlex.split(os.environ.get("MPIDWE_TEST_TORCH_ARGS", ""))
+    if torch_args:       # as README says: PyTorch's CPU build first
+        subprocess.run(pip + torch_args, check=True, env=env, timeout=1500)
     proc = subprocess.run(pip + [f"{ROOT}[mpich]"], capture_output=True, text=True, env=env, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (bin_ / "mpiexec").exists() and (bin_ / "mpidwe").exists()
@@ -143,3 +147,68 @@ def test_pip_install_with_the_mpich_extra_in_a_clean_venv_trains_on_two_ranks(tm
     assert "2 rank(s)" in step.stdout + step.stderr
     words = (work / "run" / "vectors.txt").read_text().splitlines()
     assert len(words) > 10 and words[0].split()[1] == "16"
+
+
+# ------------------------------------------------------------------ which PyTorch make installs
+def make_torch_args(tmp_path, *, gpu: bool, **knobs) -> tuple[str, str]:
+    """``make torch-args`` (the pip arguments `make install` uses for PyTorch) with a PATH
+    that has an ``nvidia-smi`` or has none; returns (arguments, the line make says)."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make")
+    bin_dir = tmp_path / ("gpu-bin" if gpu else "cpu-bin")
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "uname").symlink_to(shutil.which("uname"))
+    if gpu:
+        (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200'\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    args = [f"{k}={v}" for k, v in knobs.items()]
+    proc = subprocess.run([make, "-s", "-C", str(ROOT), "torch-args", f"PYTHON={sys.executable}", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip(), proc.stderr.strip()
+
+
+@pytest.fixture
+def cpu_index(tmp_path):
+    """A local stand-in for PyTorch's CPU index that answers."""
+    import http.server
+    import threading
+    root = tmp_path / "index"
+    (root / "whl" / "cpu" / "torch").mkdir(parents=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/whl/cpu"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_make_installs_the_cpu_build_of_pytorch_without_a_gpu(tmp_path, cpu_index):
+    """Without nvidia-smi, PyTorch comes from the CPU index; where that index does not answer,
+    as X+cpu from pip's own indexes (a mirror, a wheel folder): never PyPI's Linux wheel,
+    which brings several GB of CUDA packages."""
+    args, said = make_torch_args(tmp_path, gpu=False, TORCH_CPU_INDEX=cpu_index)
+    assert args == f"--index-url {cpu_index} torch==2.13.0", said
+    assert said.startswith("make: PyTorch's CPU build from ") and "no NVIDIA GPU" in said
+    assert said.count("\n") == 0
+    # nothing listens on port 9 (discard) here: the index does not answer
+    args, said = make_torch_args(tmp_path / "b", gpu=False, TORCH_CPU_INDEX="http://127.0.0.1:9/whl/cpu")
+    if platform.system() == "Linux":
+        assert args == "torch==2.13.0+cpu", said
+    assert "does not answer" in said and said.count("\n") == 0
+
+
+def test_make_keeps_the_cuda_build_with_a_gpu_and_torch_index_overrides(tmp_path, cpu_index):
+    args, said = make_torch_args(tmp_path, gpu=True, TORCH_CPU_INDEX=cpu_index)
+    assert args == "torch==2.13.0" and "nvidia-smi found" in said, said
+    args, said = make_torch_args(tmp_path / "b", gpu=True, TORCH_INDEX=cpu_index, TORCH_CPU_INDEX=cpu_index)
+    assert args == f"--index-url {cpu_index} torch==2.13.0", said
+    args, said = make_torch_args(tmp_path / "c", gpu=False, TORCH_INDEX="https://mirror.example/torch")
+    assert args == "--index-url https://mirror.example/torch torch==2.13.0", said
+    args, said = make_torch_args(tmp_path / "d", gpu=False, TORCH_INDEX="")
+    assert args == "torch==2.13.0" and "CUDA" in said, said

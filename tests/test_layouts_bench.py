@@ -1,6 +1,6 @@
 """benchmarks/layouts.py's own arithmetic: layouts parsed, the threads' efficiency and the
 ratios to 1 x cores computed from the runs' seconds (its runs are real mpiexec jobs,
-measured on a 16-core node: docs/scaling.md)."""
+measured on a 16-core node: docs/lab/scaling.md)."""
 
 import argparse
 import sys

@@ -1,5 +1,5 @@
 """benchmarks/scaling_perword.py's own arithmetic: the cluster model's terms per word and the
-efficiency they give (its inputs are real runs' metrics; docs/scaling.md)."""
+efficiency they give (its inputs are real runs' metrics; docs/lab/scaling.md)."""
 
 import sys
 

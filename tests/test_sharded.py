@@ -219,7 +219,7 @@ def test_defaults_hold_half_a_replica(tmp_path):
     """Issue 23: at its defaults on a 1.5M-word vocabulary, dim 100, 4 ranks, every rank of
     the sharded store peaks at most at half of one replica's two matrices (4 V d bytes) plus
     500 MB, and the planted clusters and relations are recovered (benchmarks/sharded.py
-    budget; about 15 minutes on 2 shared cores, docs/benchmarks.md)."""
+    budget; about 15 minutes on 2 shared cores, docs/lab/benchmarks.md)."""
     import json
 
     proc = run_py([str(ROOT / "benchmarks" / "sharded.py"), "budget", "--workdir", str(tmp_path)], timeout=3600)

@@ -65,16 +65,21 @@ def job_env(cluster, workdir: Path, **extra) -> dict:
 
 
 def sbatch(cluster, script: str, args: list[str], workdir: Path, *, wait: bool, options=(),
-           tasks=("--ntasks=2",), **env):
-    """Submit ``jobs/SCRIPT ARGS`` on 2 tasks x 1 CPU (TASKS: how the 2 tasks are asked for);
-    returns the job id and, with ``wait``, its final ``scontrol show job`` record (polled
-    here: ``sbatch --wait`` backs off to half a minute between looks)."""
-    cmd = ["sbatch", "--parsable", *tasks, "--cpus-per-task=1", "--nodes=1", "--time=10",
+           tasks=("--ntasks=2",), cpus=("--cpus-per-task=1",), **env):
+    """Submit ``jobs/SCRIPT ARGS`` on 2 tasks x 1 CPU (TASKS: how the 2 tasks are asked for,
+    CPUS: how the CPUs); returns the job id and, with ``wait``, its final ``scontrol show
+    job`` record (polled here: ``sbatch --wait`` backs off to half a minute between looks)."""
+    cmd = ["sbatch", "--parsable", *tasks, *cpus, "--nodes=1", "--time=10",
            f"--chdir={workdir}", f"--output={workdir}/%x-%j.out", *options, str(JOBS / script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=job_env(cluster, workdir, **env))
     job_id = proc.stdout.strip().split(";")[0]
     assert proc.returncode == 0 and job_id.isdigit(), f"sbatch failed:\n{proc.stdout}\n{proc.stderr}"
     return job_id, (cluster.wait_job(job_id, JOB_TIMEOUT) if wait else None)
+
+
+def node_cpus(cluster) -> int:
+    line = cluster.run(["scontrol", "show", "node", "--oneliner"]).stdout
+    return int(re.search(r"CPUTot=(\d+)", line).group(1))
 
 
 def job_log(workdir: Path, name: str, job_id: str) -> str:
@@ -116,6 +121,13 @@ def common_sh(tmp_path: Path, snippet: str, mpiexec_says: str, **env) -> str:
     ("something else", {}, "srun"),
     ("HYDRA", {"MPIDWE_LAUNCHER": "mpirun", "SLURM_NTASKS": "6"}, "mpiexec -n 6"),
     ("HYDRA", {"MPIDWE_LAUNCHER": "srun --mpi=pmix_v4 --exclusive"}, "srun --mpi=pmix_v4 --exclusive"),
+    # no --cpus-per-task: the CPUs the allocation gives each task, for srun to give them again
+    ("HYDRA", {"SLURM_NTASKS": "4", "SLURM_JOB_CPUS_PER_NODE": "32(x4)", "SLURM_TASKS_PER_NODE": "1(x4)"},
+     "srun --mpi=pmi2 --cpus-per-task=32"),
+    # sbatch --nodes=4 alone: one rank per node, as srun starts them, under mpiexec too
+    ("HYDRA", {"MPIDWE_LAUNCHER": "mpirun", "SLURM_JOB_NUM_NODES": "4"}, "mpiexec -n 4 -ppn 1"),
+    ("mpiexec (Open MPI) 5.0.6", {"MPIDWE_LAUNCHER": "mpirun", "SLURM_JOB_NUM_NODES": "4"},
+     "mpiexec -n 4 --bind-to none --map-by ppr:1:node"),
 ])
 def test_launcher_choice(tmp_path, mpiexec_says, env, expected):
     assert common_sh(tmp_path, 'mpidwe_launcher 2>/dev/null; echo "${MPIDWE_LAUNCH[*]}"', mpiexec_says,
@@ -127,6 +139,11 @@ def test_launcher_choice(tmp_path, mpiexec_says, env, expected):
     ({"SLURM_CPUS_PER_TASK": "3"}, "3"),
     ({"SLURM_CPUS_ON_NODE": "16", "SLURM_NTASKS_PER_NODE": "4"}, "4"),
     ({"SLURM_CPUS_PER_TASK": "3", "MPIDWE_THREADS": "2"}, "2"),
+    # no --cpus-per-task: the fewest CPUs per task over the nodes
+    ({"SLURM_NTASKS": "4", "SLURM_JOB_CPUS_PER_NODE": "32(x2),16", "SLURM_TASKS_PER_NODE": "1(x2),2"}, "8"),
+    ({"SLURM_NTASKS": "4", "SLURM_JOB_CPUS_PER_NODE": "32(x4)", "SLURM_TASKS_PER_NODE": "1(x4)"}, "32"),
+    # no task count (sbatch --nodes=2 on --exclusive nodes): one task per node, all its CPUs
+    ({"SLURM_JOB_CPUS_PER_NODE": "16(x2)", "SLURM_TASKS_PER_NODE": "16(x2)"}, "16"),
 ])
 def test_threads_per_rank(tmp_path, env, expected):
     assert common_sh(tmp_path, "mpidwe_threads", "HYDRA", **env) == expected
@@ -160,8 +177,17 @@ def test_job_takes_the_ranks_it_is_given(slurm_cluster, tmp_path, script, tasks)
     proc = subprocess.run(["sbatch", "--test-only", *tasks, "--cpus-per-task=1", str(JOBS / script)],
                           capture_output=True, text=True, timeout=60, env=job_env(slurm_cluster, tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    processors = 2 if tasks else 1
+    # train.slurm is --exclusive: whole nodes, whatever the tasks
+    processors = node_cpus(slurm_cluster) if script == "train.slurm" else 2 if tasks else 1
     assert f"using {processors} processors on nodes" in proc.stderr, proc.stderr
+
+
+def test_train_job_asks_for_no_cpu_count_a_node_could_lack(slurm_cluster, tmp_path):  # noqa: F811
+    """2 tasks on one node of this machine's CPUs, no --cpus-per-task: accepted (the script
+    once fixed --cpus-per-task=4, and such a job stayed pending for ever on a 2-CPU node)."""
+    proc = subprocess.run(["sbatch", "--test-only", "--nodes=1", "--ntasks-per-node=2", str(JOBS / "train.slurm")],
+                          capture_output=True, text=True, timeout=60, env=job_env(slurm_cluster, tmp_path))
+    assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +238,7 @@ def final_checkpoint(run_dir: Path) -> checkpoint.Checkpoint:
 @pytest.mark.mpi
 def test_train_job(corpus_job, slurm_cluster, tmp_path):  # noqa: F811
     work = corpus_job[0]
-    # the ranks asked for as docs/running.md and jobs/README.md show: nodes x tasks per node
+    # the ranks asked for as jobs/README.md shows: nodes x tasks per node
     job_id, info = sbatch(slurm_cluster, "train.slurm", TRAIN_ARGS, tmp_path, wait=True,
                           tasks=("--ntasks-per-node=2",), CORPUS=work / "corpus.h5", RUN_DIR="run")
     log = job_log(tmp_path, "mpidwe-train", job_id)
@@ -294,3 +320,28 @@ def test_train_job_time_limit(corpus_job, slurm_cluster, tmp_path):  # noqa: F81
     assert final.complete and final.progress.words_done == final.progress.words_total
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, final.progress.rounds + 1))
+
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("tasks, cpus, ranks", [
+    (("--nodes=1", "--ntasks-per-node=1"), ("--cpus-per-task=2",), 1),    # threads: --cpus-per-task
+    (("--nodes=1", "--ntasks-per-node=2"), (), 2),     # once pending for ever: the node's CPUs / 2
+    ((), (), 1),                                        # the script's defaults: one rank, a whole node
+])
+def test_train_job_takes_its_threads_from_the_allocation(corpus_job, slurm_cluster, tmp_path, tasks, cpus,
+                                                         ranks):  # noqa: F811
+    """The job trains with the CPUs Slurm gives each task as threads, whatever the form the
+    allocation was asked in, and starts (no CPU count fixed in the script)."""
+    total = node_cpus(slurm_cluster)
+    if total < 2:
+        pytest.skip("needs a node of 2 CPUs or more")
+    threads = 2 if cpus else total // ranks
+    job_id, info = sbatch(slurm_cluster, "train.slurm", TRAIN_ARGS + ["--epochs", "1"], tmp_path, wait=True,
+                          tasks=tasks, cpus=cpus, CORPUS=corpus_job[0] / "corpus.h5", RUN_DIR="run")
+    log = job_log(tmp_path, "mpidwe-train", job_id)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log + slurm_cluster.logs()
+    assert f"{ranks} rank(s) x {threads} thread(s); launcher: " in log, log
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["ranks"], config["threads"]) == (ranks, threads)
+    assert f"{ranks} rank(s) x {threads} thread(s)," in log, log      # the run's own first line

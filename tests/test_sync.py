@@ -24,7 +24,7 @@ def test_lr_scale_is_linear_up_to_the_stable_cap():
 def test_long_runs_on_5_ranks_and_more_train_at_a_lower_rate():
     """From LONG_RUN_WORDS words per rank on, s is at most max(4, ceil(P / 2)): 8 ranks over
     three enwiki epochs keep one rank's analogy at 4 x --lr and lose 2.4-3 points at 8 x
-    (docs/sync-modes.md); and no rank trains above LONG_RUN_MAX_LOCAL_LR (16 ranks at 8 x
+    (docs/lab/sync-modes.md); and no rank trains above LONG_RUN_MAX_LOCAL_LR (16 ranks at 8 x
     diverged over four epochs, at 6 x they did not): 6 x from 13 ranks on at the default
     --lr; shorter runs keep min(P, cap); average, HS's cap and 1-4 ranks are unchanged."""
     from mpidwe.parallel.rule import LONG_RUN_MAX_LOCAL_LR

@@ -121,7 +121,7 @@ FORMULA = re.compile(r"min\(\s*([\d,.]+M?)\s*,\s*(\d+)\s*x\s*(?:V|the vocabulary
 def _interval_texts() -> dict[str, str]:
     """Every user-facing text that states the default interval: the docs, the README and
     ``train --help`` (generated from the TrainConfig field's help)."""
-    texts = {p.name: p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    texts = {p.name: p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]}
     field = next(f for f in dataclasses.fields(TrainConfig) if f.name == "sync_every")
     texts["train --help"] = field.metadata["help"]
     return texts
@@ -131,7 +131,7 @@ def test_docs_state_the_default_interval_the_code_uses():
     """docs/running.md once said min(1M, 40 x V), up to 4 ranks, shrinking as 4/P, while the
     code and --help said min(2M, 80 x V), up to 2 ranks, 2 W / P^2 beyond: every statement of
     the formula is checked against plan.py's constants, and the defaults table of
-    docs/sync-modes.md cell by cell against auto_sync_every."""
+    docs/lab/sync-modes.md cell by cell against auto_sync_every."""
     from mpidwe.core.config import TIERS_AUTO_MIN_RANKS
     from mpidwe.train.plan import (SYNC_EVERY_MIN, SYNC_FULL_INTERVAL_RANKS, SYNC_WORDS_MAX, SYNC_WORDS_PER_TYPE,
                                    auto_sync_every)
@@ -151,7 +151,7 @@ def test_docs_state_the_default_interval_the_code_uses():
                 assert _number(least) == SYNC_EVERY_MIN, f"{name}: {sentence!r}"
     assert stated >= 3          # running.md, sync-modes.md and --help at least
 
-    table = (ROOT / "docs" / "sync-modes.md").read_text().split("The defaults:", 1)[1]
+    table = (ROOT / "docs" / "lab" / "sync-modes.md").read_text().split("The defaults:", 1)[1]
     header, _, *rows = [ln for ln in table.split("\n\n", 2)[1].splitlines() if ln.startswith("|")]
     ranks = [int(c.split("=")[-1]) for c in header.strip("|").split("|")[1:]]
     for row in rows:

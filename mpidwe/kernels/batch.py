@@ -7,13 +7,13 @@ SEED_MASK = (1 << 63) - 1
 MASK64 = (1 << 64) - 1
 
 # Centre words (windows) per batch at most: large enough that a block of 1M words is a few
-# dozen batches (launches), small enough to keep the update sums stable (docs/benchmarks.md).
+# dozen batches (launches), small enough to keep the update sums stable (docs/lab/benchmarks.md).
 BATCH_SIZE = 8192
 # ... and at least (a smaller corpus would only pay more launches for no measured gain).
 MIN_BATCH_SIZE = 1024
 # A run needs some sequential steps per rank to learn: the adaptive batch is the largest power
 # of two <= BATCH_SIZE with at least this many raw words per rank and run behind each centre
-# slot of a batch (measured on the 1M-token demo at 2 epochs and text8, docs/benchmarks.md).
+# slot of a batch (measured on the 1M-token demo at 2 epochs and text8, docs/lab/benchmarks.md).
 WORDS_PER_BATCH_SLOT = 350
 # ... and at most this many centre words per unit of the local learning rate (s x --lr): the
 # windows of a batch read the rows as they were before it (the fused kernel adds its updates
@@ -23,7 +23,7 @@ WORDS_PER_BATCH_SLOT = 350
 # 4,096 centres, 9.2% at 2,048, 10.4% at 1,024; one rank 12.1%), so rate x batch stays at one
 # rank's default (8,192 centres at 0.025): 2,048 at 4 x, 1,024 at 8 x. (The batch alone does
 # not keep the fused kernel stable there: that is its duplicate cap, triton_kernel.py;
-# docs/sync-modes.md, "The fused kernel at several ranks, on a GPU".)
+# docs/lab/sync-modes.md, "The fused kernel at several ranks, on a GPU".)
 RATE_BATCH = BATCH_SIZE * 0.025
 # The rate bound's floor (a --lr far above word2vec's still gets batches of some size).
 MIN_RATE_BATCH = 128

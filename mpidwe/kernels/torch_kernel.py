@@ -1,7 +1,7 @@
 """SGNS / CBOW as batched tensor operations, for a GPU (runs on the CPU too, slowly).
 
 Same ``train_block`` as the other kernels (see kernels/__init__.py). It is written for a
-GPU's two costs, kernel launches and host synchronisation (docs/benchmarks.md has the
+GPU's two costs, kernel launches and host synchronisation (docs/lab/benchmarks.md has the
 counts and the roofline):
 
 * a block is laid out once, in fixed-shape tensors: every kept centre word is a row of
@@ -20,7 +20,7 @@ counts and the roofline):
   updates ``n`` times (a frequent word, a popular negative) has its summed update divided
   by ``max(1, n lr sigma'(0) mean|partner row|^2 / STABILITY)`` (the partner rows' squared
   norm measured per batch from the rows it gathered): all ``n`` updates come from one
-  snapshot, and without that large batches diverge (docs/benchmarks.md). The counts ``n``
+  snapshot, and without that large batches diverge (docs/lab/benchmarks.md). The counts ``n``
   are computed once per block (a sort). ``duplicate_steps=m`` gives a fixed divisor
   ``max(1, n / m)`` instead, ``float('inf')`` none.
 

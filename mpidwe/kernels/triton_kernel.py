@@ -27,7 +27,7 @@ the window's own rows (its contexts for an output row, its outputs for a context
 counts ``n`` come from one sort per block. Without it the launches diverged from a rate of
 0.07 on (enwiki); at or below 0.05 the kernel runs uncapped, as numba's Hogwild threads.
 
-Memory traffic per kept centre with ``n`` contexts (docs/benchmarks.md): each context row
+Memory traffic per kept centre with ``n`` contexts (docs/lab/benchmarks.md): each context row
 read and atomically added once (``3 n D`` floats: read, then read-modify-write), each output
 row likewise (``3 (1 + K) D``), the slot ids and weights (``2 window`` of each) and the output
 ids, which a block packs into one id and one weight tensor (two copies per block); no
@@ -160,7 +160,7 @@ def launch(kernel, grid, *args):
 # on enwiki (an H200, 2026-11-27) one rank trained at 0.025 and 0.05 without it and reached
 # NaN in its first round at 0.07 and 0.1 (0.1 even at 256 centres a launch; it trained at 32),
 # as did 8 and 16 ranks at the rule's 4 x and 8 x; with the cap one rank at 0.1, and 8 and 16
-# ranks at the defaults, train (docs/sync-modes.md, "The fused kernel at several ranks, on a
+# ranks at the defaults, train (docs/lab/sync-modes.md, "The fused kernel at several ranks, on a
 # GPU"). Up to this rate the kernel runs uncapped, as measured (the cap cost one rank 1
 # analogy point at 0.025).
 UNCAPPED_MAX_RATE = 0.05

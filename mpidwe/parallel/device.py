@@ -159,7 +159,7 @@ class DeviceStore(Store):
         t = setup.tiers           # as the plan resolved them (config.tiers_of): --exchange mpi only
         # --sync auto stays sparse outside tiers: the host staging copies down only the rows
         # this rank touched, which a dense sync would not read (not measured on a GPU:
-        # docs/sync-modes.md); in tiers it chooses by bytes, as the replicated store does
+        # docs/lab/sync-modes.md); in tiers it chooses by bytes, as the replicated store does
         mode = "sparse" if cfg.sync == "auto" and not t else cfg.sync
         if cfg.exchange == "torch" and comm.size > 1:      # device to device: no host copy of the base
             from .torchdist import TorchGroup

@@ -1,7 +1,7 @@
 """The sharded parameter store's arithmetic: who owns which row, and a block's working set.
 
 Pure functions of ints and arrays (rank and world size are ints; no Comm, no files), used
-by mpidwe/parallel/sharded.py, which does the communication (docs/sync-modes.md, "Sharded store").
+by mpidwe/parallel/sharded.py, which does the communication (docs/lab/sync-modes.md, "Sharded store").
 
 Ownership is strided: global row ``w`` lives on rank ``w % P`` at local index ``w // P``.
 Word ids are ranked by frequency (the corpus sorts its vocabulary), so striding deals the
@@ -95,7 +95,7 @@ def expected_working_set(block_tokens: int, counts: np.ndarray, keep_prob: np.nd
     distribution p (q: unigram^0.75): T the distinct tokens, sum_w 1 - (1 - p_w)^tokens,
     and W the working set, which holds a word unless neither a token nor a noise draw hit
     it, sum_w 1 - (1 - p_w)^tokens x (1 - q_w)^draws (benchmarks/working_set.py prints it
-    for docs/scaling.md and docs/sync-modes.md). Per-pair negatives draw ``negative`` per
+    for docs/lab/scaling.md and docs/lab/sync-modes.md). Per-pair negatives draw ``negative`` per
     (centre, context) pair, E[pairs] = window + 1; shared negatives per kept centre."""
     counts = np.asarray(counts, dtype=np.float64)
     p = counts / counts.sum()
@@ -110,7 +110,7 @@ def expected_working_set(block_tokens: int, counts: np.ndarray, keep_prob: np.nd
 
 # ---------------------------------------------------------------- memory
 # What a sharded rank holds besides its rows and the round's working set (measured on the
-# 1.5M-word synthetic corpus, docs/benchmarks.md, "Sharded store at its defaults": 720 MB
+# 1.5M-word synthetic corpus, docs/lab/benchmarks.md, "Sharded store at its defaults": 720 MB
 # before the first round at 4 ranks, of which 291 MB were its own rows): the interpreter,
 # numpy, numba's compiled kernels, h5py and MPI, and per vocabulary word its string, counts,
 # keep probability, negative table, the planner's two marks and two slot tables.

@@ -1,4 +1,4 @@
-"""The scaled-mean rule: how the ranks' changes become one set of parameters (docs/sync-modes.md).
+"""The scaled-mean rule: how the ranks' changes become one set of parameters (docs/lab/sync-modes.md).
 
 Pure math (numbers and arrays in, arrays out; no Comm): the stores in this package move the
 rows (parallel/replicated.py, parallel/sharded.py, parallel/device.py) and apply this rule to them.
@@ -9,7 +9,7 @@ point (``base``, the values at the last sync). A sync turns the ranks' changes
 
 Summing the changes is wrong for the rows many ranks touch: each rank's change was computed
 from the same stale ``base``, so a row that P ranks trained moves P steps' worth at once and
-SGNS diverges from P = 4 on (docs/sync-modes.md has the measurements). mpidwe therefore uses
+SGNS diverges from P = 4 on (docs/lab/sync-modes.md has the measurements). mpidwe therefore uses
 one rule, the *scaled mean*:
 
 - every rank trains at ``s x lr`` with ``s = min(P, max_local_lr / lr)`` (linear scaling,
@@ -50,12 +50,12 @@ MODES = ("auto", "dense", "sparse", "average")
 # whole run: at 5 to 15 ranks, 8 x --lr costs 1.6-3 analogy points over three enwiki epochs
 # (2M words per rank and epoch at 8 ranks) that 4 x keeps, while runs of 750,000 words per
 # rank and fewer (the demo corpora) learn their planted analogies better at 8 x
-# (docs/sync-modes.md, "The local rate over several epochs").
+# (docs/lab/sync-modes.md, "The local rate over several epochs").
 LONG_RUN_WORDS = 1_000_000
 # ... and in such runs no rank trains above this local rate (s x --lr): at 16 ranks 8 x
 # --lr (0.2) diverged in the second epoch of a 4-epoch enwiki run on both seeds tried (the
 # loss rising from the end of the first), where 6 x (0.15) trained on; one rank at 0.2
-# diverged in its first round (docs/sync-modes.md, "The local rate over several epochs").
+# diverged in its first round (docs/lab/sync-modes.md, "The local rate over several epochs").
 LONG_RUN_MAX_LOCAL_LR = 0.15
 
 
@@ -66,7 +66,7 @@ def lr_scale(mode: str, world_size: int, lr: float, max_local_lr: float, words_p
     moves one process's step: divided by max(s, P / 2)) and at most LONG_RUN_MAX_LOCAL_LR /
     lr (6 at the default --lr, from 13 ranks on; at least 1). ``average`` divides every row by P,
     so it needs ``s = P`` and is refused where that would train above ``max_local_lr``
-    (local SGNS diverges there: docs/sync-modes.md)."""
+    (local SGNS diverges there: docs/lab/sync-modes.md)."""
     if mode not in MODES:
         raise ConfigError(f"unknown sync mode {mode!r}")
     if world_size == 1:
@@ -107,7 +107,7 @@ def dense_pays(counts, rows: int, dense_row_bytes: int = 0, sparse_row_bytes: in
     rank receives, and its gather and apply walk (in scattered order), P x longest rows; the
     dense all-reduce walks ``rows`` in order and sends about 2 (P - 1) / P x ``rows``.
     Dense is chosen once P x longest >= ``rows``: from there it walks fewer rows, and sends
-    at most twice the bytes (docs/sync-modes.md has the measurements behind the threshold:
+    at most twice the bytes (docs/lab/sync-modes.md has the measurements behind the threshold:
     enwiki at 2 to 16 ranks, where the ranks touch 1.5 to 2.7 x V rows per sync and dense
     is faster everywhere; a 1.5M-word synthetic vocabulary at 4 ranks, where the input
     matrix stays sparse and the output matrix goes dense).

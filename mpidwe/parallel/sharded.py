@@ -1,4 +1,4 @@
-"""``--store sharded``: a model larger than one rank's memory (docs/sync-modes.md, "Sharded store").
+"""``--store sharded``: a model larger than one rank's memory (docs/lab/sync-modes.md, "Sharded store").
 
 Each rank owns every P-th row of both matrices (parallel/rows.py) and nothing else. A sync
 round is one block:

@@ -15,7 +15,7 @@ SHA-256, and how far its step got: ``appending`` (recorded before the corpus cha
 reads it and goes on: an ``appending`` step whose append landed (the corpus's last segment
 was appended to the id recorded before) is not appended again; an ``appended`` step
 resumes its run (``--resume auto``); a ``trained`` file is never taken again. So no file
-is trained twice or skipped, whatever the moment of a crash. Layout: docs/running.md.
+is trained twice or skipped, whatever the moment of a crash. Layout: docs/lab/running-notes.md.
 
 Every rank makes the same collectives: each poll, rank 0 decides (the next file, or none)
 and broadcasts it with every rank's stop flag (SIGTERM/SIGUSR1). Stopped while waiting:

@@ -448,7 +448,7 @@ class Trainer:
         """Rank 0: a character model beside ``origin``, the checkpoint this run continues
         (--resume, --init-from, the step before a --follow step), is copied beside every
         checkpoint the run writes, naming the one it was fitted on (io/charfile.py). Copied,
-        not refitted: a fit costs about a minute of CPU (docs/running.md)."""
+        not refitted: a fit costs about a minute of CPU (docs/lab/running-notes.md)."""
         if not (self.comm.is_root and origin and os.path.exists(checkpoint.char_model_path(origin))):
             return
         ck = checkpoint.load(origin, verify=False, params=False)

@@ -44,7 +44,7 @@ def count_rounds(shard_tokens: list[int], epochs: int, sync_every: int) -> int:
 # ranks' copies drift apart with every word trained since the last sync, whoever trained it.
 # Up to 2 ranks that global interval is W (each rank trains W / P); beyond, averaging more
 # copies loses more, so the global interval shrinks as 2/P and syncs per epoch grow with P
-# (measured on enwiki: docs/sync-modes.md; predicted: docs/scaling.md).
+# (measured on enwiki: docs/lab/sync-modes.md; predicted: docs/lab/scaling.md).
 SYNC_WORDS_MAX = 2_000_000
 
 
@@ -62,7 +62,7 @@ SYNC_EVERY_MIN = 5_000
 # this many ranks, 2 W / 16, shared among the ranks from there on, and below it the rule's
 # interval per rank at this many ranks, 2 W / 16^2 (measured on enwiki: 8 ranks in tiers
 # lose 3 analogy points at their own rule's 62,500 words per rank, none at 15,625; 32 ranks
-# keep quality at 7,812, lose 1.6 points at 15,625; docs/sync-modes.md, "Tiers")
+# keep quality at 7,812, lose 1.6 points at 15,625; docs/lab/sync-modes.md, "Tiers")
 TIERS_INTERVAL_RANKS = 16
 
 
@@ -74,7 +74,7 @@ TIERS_INTERVAL_RANKS = 16
 # as often as the rule's interval (auto_sync_every): HS's top nodes take a step from every
 # example, and at the rule's interval P ranks' stale steps on them cost 1.6-2.6 analogy
 # points at 4 and 8 ranks and 6 at 16; at 16 ranks 1,250 words still cost 1.3-1.4 points,
-# 1,000 0.3-1.3 and 625 0.1-0.9 (docs/sync-modes.md, "Hierarchical softmax in tiers")
+# 1,000 0.3-1.3 and 625 0.1-0.9 (docs/lab/sync-modes.md, "Hierarchical softmax in tiers")
 HS_TIERS_SHARE = 100
 HS_TIERS_RANKS = 8
 
@@ -187,7 +187,7 @@ def binding_warning(threads: int, auto: bool, allowed: list[int], node_cpus: int
     ``allowed`` is every rank's CPU count (its affinity), ``node_cpus`` the node's CPUs and
     ``node_size`` its ranks. Open MPI binds each rank to one core when a job has 1 or 2
     ranks: 16 threads on that core trained enwiki no faster than 1 thread (measured on a
-    16-core node, docs/scaling.md), and ``--threads 0`` there chose 1 thread."""
+    16-core node, docs/lab/scaling.md), and ``--threads 0`` there chose 1 thread."""
     rank, fewest = min(enumerate(allowed), key=lambda rc: (rc[1], rc[0]))
     fix = (f"Open MPI binds each rank to one core when a job has 1 or 2 ranks: add --bind-to none "
            f"(or --map-by ppr:1:node:PE={max(threads, node_cpus // max(node_size, 1))}); under srun give --cpus-per-task")
@@ -261,7 +261,7 @@ def fused_applies(cfg: TrainConfig) -> str:
 def resolve_kernel(cfg: TrainConfig, device: str) -> tuple[str, str]:
     """The update kernel for ``device`` and why ("" where the device or the option said it
     all). auto: numba on the CPU; on CUDA the fused triton kernel (the fastest there, at
-    numba's quality: docs/benchmarks.md) where it applies and triton is installed, else torch."""
+    numba's quality: docs/lab/benchmarks.md) where it applies and triton is installed, else torch."""
     if cfg.kernel == "auto":
         if device == "cpu":
             return "numba", ""

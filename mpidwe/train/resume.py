@@ -140,7 +140,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
         # re-planned run, on other ranks or with more epochs, takes its new plan's scale)
         raise InputError(f"cannot resume from {ck.path}: its {world} ranks trained at {old_scale} x --lr, and "
                          f"this mpidwe trains this run at {resolved.get('lr_scale')} x (the rule changed, "
-                         f"docs/sync-modes.md); resume it with the mpidwe that wrote it, or start a new run "
+                         f"docs/lab/sync-modes.md); resume it with the mpidwe that wrote it, or start a new run "
                          f"from it with --init-from")
     old_tiers = ck.config.get("sync_tiers")
     same_options = all(ck.config.get(k) == resolved.get(k) for k in ("sync_full", "sync_hot", "wire", "sync_every"))
@@ -152,7 +152,7 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
         raise InputError(f"cannot resume from {ck.path}: its {world} ranks combined "
                          f"{_tiers_words(old_tiers)}, and this mpidwe would combine "
                          f"{_tiers_words(resolved.get('sync_tiers'))} (the defaults changed, "
-                         f"docs/sync-modes.md); give {keep} to continue it as it was")
+                         f"docs/lab/sync-modes.md); give {keep} to continue it as it was")
 
 
 def _tiers_words(tiers: dict | None) -> str:
