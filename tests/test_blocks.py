@@ -209,3 +209,11 @@ def test_pairs_on_threads_are_each_shares_pairs_in_order():
         want += pairs
         assert int(state[t]) == end
     assert list(zip(inp.tolist(), out.tolist())) == want
+
+
+def test_a_pass_is_at_most_4m_words_and_a_run_has_at_least_16():
+    from mpidwe.train.plan import block_pass_words
+
+    assert block_pass_words(3 * 64_332_282, 16) == 250_000            # enwiki-64M x 3: 4M-word passes
+    assert block_pass_words(2 * 3_000_000, 8) == 6_000_000 // 16 // 8  # the demo x 2: 16 passes
+    assert block_pass_words(10_000, 4) == 5_000                       # never below the floor

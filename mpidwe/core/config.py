@@ -223,7 +223,7 @@ class TrainConfig:
                      "rank r owns vocabulary block r's input rows and the output blocks travel round a ring, so "
                      "every row has one writer and no rank averages copies (skip-gram, negative sampling, "
                      "numba kernel; a round is one pass of the ring: --sync-every words per rank, auto "
-                     "min(4,000,000, corpus / 4) / P; docs/lab/blocks.md)",
+                     "min(4,000,000, the run's words / 16) / P; docs/lab/blocks.md)",
                      choices=["replicated", "sharded", "blocks"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
