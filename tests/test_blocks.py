@@ -87,12 +87,13 @@ def test_partition_groups_pairs_stably_by_either_blocks_with_empty_groups():
     inp, out = rng.integers(0, 50, 1000).astype(np.int32), rng.integers(0, 50, 1000).astype(np.int32)
     for by_out, key in ((True, block_of[out]), (False, block_of[inp])):
         to = np.empty((1000, 2), np.int32)                          # columns: strided views, as the store's
-        starts = partition(inp, out, block_of, by_out, 6, to[:, 0], to[:, 1])     # block 5 empty too
-        order = np.argsort(key, kind="stable")
-        np.testing.assert_array_equal(to[:, 0], inp[order])
-        np.testing.assert_array_equal(to[:, 1], out[order])
-        np.testing.assert_array_equal(starts, np.searchsorted(np.sort(key), np.arange(7)))
-        assert starts[3] == starts[2] and starts[6] == starts[5] == 1000
+        for threads in (1, 3):                                      # the same order on any threads
+            starts = partition(inp, out, block_of, by_out, 6, to[:, 0], to[:, 1], threads)   # block 5 empty too
+            order = np.argsort(key, kind="stable")
+            np.testing.assert_array_equal(to[:, 0], inp[order])
+            np.testing.assert_array_equal(to[:, 1], out[order])
+            np.testing.assert_array_equal(starts, np.searchsorted(np.sort(key), np.arange(7)))
+            assert starts[3] == starts[2] and starts[6] == starts[5] == 1000
 
 
 def python_pairs(tokens, starts, keep, window, state):

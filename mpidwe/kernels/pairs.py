@@ -74,25 +74,62 @@ def window_pairs(tokens, sent_starts, keep_prob, window, rng_state):
 
 
 @njit(cache=True, nogil=True)
-def partition(inp, out, block_of, by_out, parts, inp_to, out_to):
-    """Pairs into ``inp_to``/``out_to`` grouped by the block of their output word (``by_out``)
-    or of their input word, stably (a counting sort in two passes, no permutation array);
-    returns starts int64 [parts + 1]: group b is [starts[b], starts[b + 1])."""
-    n = inp.shape[0]
-    starts = np.zeros(parts + 1, np.int64)
-    for i in range(n):
-        k = block_of[out[i]] if by_out else block_of[inp[i]]
-        starts[k + 1] += 1
-    for b in range(parts):
-        starts[b + 1] += starts[b]
-    fill = starts[:parts].copy()
-    for i in range(n):
+def count_groups(inp, out, block_of, by_out, parts, lo, hi):
+    """How many of pairs [lo, hi) fall in each block (of the output word, ``by_out``, or of
+    the input word)."""
+    counts = np.zeros(parts, np.int64)
+    for i in range(lo, hi):
+        counts[block_of[out[i]] if by_out else block_of[inp[i]]] += 1
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def scatter_groups(inp, out, block_of, by_out, lo, hi, fill, to):
+    """Pairs [lo, hi) to their block's next free slots ``fill`` (advanced in place) of ``to``
+    = (inputs, outputs)."""
+    inp_to, out_to = to
+    for i in range(lo, hi):
         k = block_of[out[i]] if by_out else block_of[inp[i]]
         j = fill[k]
         inp_to[j] = inp[i]
         out_to[j] = out[i]
         fill[k] = j + 1
+
+
+@njit(cache=True, nogil=True)
+def gather_rows(src, ids, lo, hi, dst):
+    """dst[i] = src[ids[i]] for i in [lo, hi)."""
+    for i in range(lo, hi):
+        dst[i] = src[ids[i]]
+
+
+@njit(cache=True, nogil=True)
+def scatter_rows(dst, ids, lo, hi, src):
+    """dst[ids[i]] = src[i] for i in [lo, hi)."""
+    for i in range(lo, hi):
+        dst[ids[i]] = src[i]
+
+
+def partition(inp, out, block_of, by_out: bool, parts: int, inp_to, out_to, threads: int = 1) -> np.ndarray:
+    """Pairs into ``inp_to``/``out_to`` grouped by the block of their output word (``by_out``)
+    or of their input word, stably (a counting sort: each thread counts, then scatters, a
+    contiguous share, so the order is the same on any number of threads); returns starts
+    int64 [parts + 1]: group b is [starts[b], starts[b + 1])."""
+    cuts = np.linspace(0, len(inp), threads + 1).astype(np.int64)
+    counts = np.stack(by_threads(lambda t: count_groups(inp, out, block_of, by_out, parts, cuts[t], cuts[t + 1]),
+                                 threads))
+    starts = np.zeros(parts + 1, np.int64)
+    np.cumsum(counts.sum(axis=0), out=starts[1:])
+    fill = starts[:parts] + np.cumsum(counts, axis=0) - counts        # [thread, block]: its first slot
+    by_threads(lambda t: scatter_groups(inp, out, block_of, by_out, cuts[t], cuts[t + 1], fill[t], (inp_to, out_to)),
+               threads)
     return starts
+
+
+def by_threads(work, threads: int) -> list:
+    """``work(t)`` for t in range(threads), on as many threads (the compiled work releases the
+    GIL); the results in order."""
+    return [work(0)] if threads == 1 else run_threads(work, threads)
 
 
 @njit(inline="always")
@@ -190,7 +227,7 @@ def train_span(dim, rows, bucket, noise, sched, rng_state, tid, result):
     result[tid, 1] = b - a
 
 
-for _dispatcher in (window_pairs, partition, train_span):
+for _dispatcher in (window_pairs, count_groups, scatter_groups, gather_rows, scatter_rows, train_span):
     stamp_sources(_dispatcher)
 
 

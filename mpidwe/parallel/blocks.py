@@ -25,7 +25,8 @@ import numpy as np
 from ..core.config import block_wire
 from ..core.blocks import block_members, block_noise_tables, handoff, held_block, ring_shifts, snake_blocks
 from ..kernels.args import KernelArgs
-from ..kernels.pairs import Noise, Span, partition, piece_pairs, train_bucket
+from ..kernels.pairs import (Noise, Span, by_threads, gather_rows, partition, piece_pairs, scatter_rows,
+                             train_bucket)
 from ..kernels.rows import Params
 from .comm import Comm
 from .replicated import fresh_params, read_params, save_on_root, write_on_root
@@ -87,7 +88,7 @@ class BlockStore(Store):
         got = self.route(inp, out)
         t1 = time.perf_counter()
         inp, out = np.empty(len(got), np.int32), np.empty(len(got), np.int32)
-        starts = partition(got[:, 0], got[:, 1], self.block_of, True, self.comm.size, inp, out)
+        starts = partition(got[:, 0], got[:, 1], self.block_of, True, self.comm.size, inp, out, self.threads)
         compute += time.perf_counter() - t1
         loss, examples, trained = 0.0, 0, 0.0
         # global words of the pass: every rank trains about as many as this one (work.scale)
@@ -116,7 +117,7 @@ class BlockStore(Store):
         t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
         k = self.comm.stats.steps
         send = np.empty((len(inp), 2), np.int32)
-        starts = partition(inp, out, self.block_of, False, self.comm.size, send[:, 0], send[:, 1])
+        starts = partition(inp, out, self.block_of, False, self.comm.size, send[:, 0], send[:, 1], self.threads)
         got, _ = self.comm.alltoallv(send, np.diff(starts))
         self.route_bytes += self.comm.stats.bytes_sent - b
         self._account(t, b, s, k)
@@ -135,21 +136,40 @@ class BlockStore(Store):
         dim = self.w_out.shape[1]
         got = np.empty((len(theirs), row_bytes(self.wire, dim)), np.uint8)
         self.comm.sendrecv_(self.encoded(mine), dest, got, source)
-        self.w_out[theirs] = decode(got, self.wire, dim)
+        self.by_rows(len(theirs), lambda a, b: scatter_rows(self.w_out, theirs[a:b], 0, b - a,
+                                                            decode(got[a:b], self.wire, dim)))
         self.held = shift
         self.ring_bytes += self.comm.stats.bytes_sent - b
         self._account(t, b, s, k)
 
     def encoded(self, ids: np.ndarray) -> np.ndarray:
-        """Output rows ``ids`` as they travel (--wire); a lossy wire keeps what rounding left
-        out and adds it the next time this rank sends the row (error feedback)."""
-        rows = self.w_out[ids]
+        """Output rows ``ids`` as they travel (--wire), by row ranges on the rank's threads; a
+        lossy wire keeps what rounding left out and adds it the next time this rank sends the
+        row (error feedback)."""
+        dim = self.w_out.shape[1]
+        rows = np.empty((len(ids), dim), np.float32)
         if self.wire == "fp32":
+            self.by_rows(len(ids), lambda a, b: gather_rows(self.w_out, ids, a, b, rows))
             return rows.view(np.uint8)
-        rows += self.residual[ids]
-        data = encode(rows, self.wire)
-        self.residual[ids] = rows - decode(data, self.wire, rows.shape[1])
+        data = np.empty((len(ids), row_bytes(self.wire, dim)), np.uint8)
+        kept = np.empty_like(rows)
+
+        def work(a: int, b: int) -> None:
+            gather_rows(self.w_out, ids, a, b, rows)
+            gather_rows(self.residual, ids, a, b, kept)
+            part = rows[a:b]
+            part += kept[a:b]
+            data[a:b] = encode(part, self.wire)
+            part -= decode(data[a:b], self.wire, dim)
+            scatter_rows(self.residual, ids[a:b], 0, b - a, part)
+
+        self.by_rows(len(ids), work)
         return data
+
+    def by_rows(self, n: int, work) -> None:
+        """``work(a, b)`` over row ranges covering [0, n), one per thread."""
+        cuts = np.linspace(0, n, self.threads + 1).astype(np.int64)
+        by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), self.threads if n >= 1024 else 1)
 
     def _account(self, t: float, b: int, s: float, k: int) -> None:
         st, c = self.stats, self.comm.stats
@@ -231,3 +251,4 @@ class BlockStore(Store):
 
     def settings(self) -> dict:
         return {"blocks": self.comm.size, "block_wire": self.wire}
+
