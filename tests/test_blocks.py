@@ -125,7 +125,7 @@ def test_window_pairs_follow_the_contract():
     starts = np.array([0, 5, 6, 6, 400, 1200, 2999], np.int64)    # an empty and a one-word sentence
     keep = rng.uniform(0.3, 1.2, 50).astype(np.float32)
     state = np.array([12345, 999], np.uint64)
-    inp, out = window_pairs(tokens, starts, keep, 5, state)
+    inp, out = window_pairs(tokens, starts, keep, 5, np.arange(50, dtype=np.int32), state)
     want, end = python_pairs(tokens, starts, keep, 5, 12345)
     assert list(zip(inp.tolist(), out.tolist())) == want
     assert int(state[0]) == end and int(state[1]) == 999
@@ -199,7 +199,7 @@ def test_pairs_on_threads_are_each_shares_pairs_in_order():
     starts = np.arange(0, 5000, 37, dtype=np.int64)
     keep = np.full(30, 0.8, np.float32)
     state = np.array([5, 6, 7], np.uint64)
-    inp, out = piece_pairs(tokens, starts, keep, 4, state, 3)
+    inp, out = piece_pairs(tokens, starts, keep, 4, np.arange(30, dtype=np.int32), state, 3)
     from mpidwe.kernels.common import split_sentences
     bounds = split_sentences(starts, len(tokens), 3)
     want = []

@@ -36,9 +36,10 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 
 
 @njit(cache=True, nogil=True)
-def window_pairs(tokens, sent_starts, keep_prob, window, rng_state):
+def window_pairs(tokens, sent_starts, keep_prob, window, position, rng_state):
     """The skip-gram pairs of a piece: (inp int32 [n], out int32 [n]), contexts before the
-    centre's right side, centre by centre; ``rng_state[0]`` advances in place."""
+    centre's right side, centre by centre, each centre as ``position[centre]`` (the row of
+    the block store's output matrix, kept in block order); ``rng_state[0]`` advances in place."""
     state = rng_state[0]
     n_tokens = tokens.shape[0]
     cap = n_tokens * 2 * window
@@ -67,7 +68,7 @@ def window_pairs(tokens, sent_starts, keep_prob, window, rng_state):
             for j in range(lo, hi + 1):
                 if j != i:
                     inp[n] = kept[j]
-                    out[n] = kept[i]
+                    out[n] = position[kept[i]]
                     n += 1
     rng_state[0] = state
     return inp[:n].copy(), out[:n].copy()
@@ -94,20 +95,6 @@ def scatter_groups(inp, out, block_of, by_out, lo, hi, fill, to):
         inp_to[j] = inp[i]
         out_to[j] = out[i]
         fill[k] = j + 1
-
-
-@njit(cache=True, nogil=True)
-def gather_rows(src, ids, lo, hi, dst):
-    """dst[i] = src[ids[i]] for i in [lo, hi)."""
-    for i in range(lo, hi):
-        dst[i] = src[ids[i]]
-
-
-@njit(cache=True, nogil=True)
-def scatter_rows(dst, ids, lo, hi, src):
-    """dst[ids[i]] = src[i] for i in [lo, hi)."""
-    for i in range(lo, hi):
-        dst[ids[i]] = src[i]
 
 
 def partition(inp, out, block_of, by_out: bool, parts: int, inp_to, out_to, threads: int = 1) -> np.ndarray:
@@ -227,7 +214,7 @@ def train_span(dim, rows, bucket, noise, sched, rng_state, tid, result):
     result[tid, 1] = b - a
 
 
-for _dispatcher in (window_pairs, count_groups, scatter_groups, gather_rows, scatter_rows, train_span):
+for _dispatcher in (window_pairs, count_groups, scatter_groups, train_span):
     stamp_sources(_dispatcher)
 
 
@@ -265,12 +252,12 @@ def _compiled_span(dim: int, rest: tuple):
     return compiled
 
 
-def piece_pairs(tokens, sent_starts, keep_prob, window: int, rng_state, threads: int
+def piece_pairs(tokens, sent_starts, keep_prob, window: int, position, rng_state, threads: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of a piece on ``threads`` threads: thread t makes those of its contiguous
-    share of the sentences from random stream t, in order (cpu.chunks' split)."""
+    """The pairs of a piece (window_pairs) on ``threads`` threads: thread t makes those of
+    its contiguous share of the sentences from random stream t, in order (cpu.chunks' split)."""
     if threads == 1 or len(sent_starts) < 2 * threads:
-        return window_pairs(tokens, sent_starts, keep_prob, window, rng_state)
+        return window_pairs(tokens, sent_starts, keep_prob, window, position, rng_state)
     bounds = split_sentences(sent_starts, len(tokens), threads)
 
     def run(t):
@@ -278,7 +265,7 @@ def piece_pairs(tokens, sent_starts, keep_prob, window: int, rng_state, threads:
         lo = sent_starts[s_lo] if s_lo < len(sent_starts) else len(tokens)
         hi = sent_starts[s_hi] if s_hi < len(sent_starts) else len(tokens)
         state = rng_state[t:t + 1]             # a view: the thread's stream advances in place
-        return window_pairs(tokens[lo:hi], sent_starts[s_lo:s_hi] - lo, keep_prob, window, state)
+        return window_pairs(tokens[lo:hi], sent_starts[s_lo:s_hi] - lo, keep_prob, window, position, state)
 
     made = run_threads(run, threads)
     return np.concatenate([m[0] for m in made]), np.concatenate([m[1] for m in made])

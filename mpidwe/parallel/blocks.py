@@ -25,8 +25,7 @@ import numpy as np
 from ..core.config import block_wire
 from ..core.blocks import block_members, block_noise_tables, handoff, held_block, ring_shifts, snake_blocks
 from ..kernels.args import KernelArgs
-from ..kernels.pairs import (Noise, Span, by_threads, gather_rows, partition, piece_pairs, scatter_rows,
-                             train_bucket)
+from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, train_bucket
 from ..kernels.rows import Params
 from .comm import Comm
 from .replicated import fresh_params, read_params, save_on_root, write_on_root
@@ -49,11 +48,19 @@ class BlockStore(Store):
         self.block_of = snake_blocks(setup.counts, p)
         self.members, self.offsets = block_members(self.block_of, p)
         self.noise = block_noise_tables(setup.counts, self.members, self.offsets)
+        # the output matrix the kernel trains, in block order: block b is rows
+        # offsets[b]:offsets[b + 1], so the ring sends and receives a block in place; a word's
+        # row there is position[word] (the pairs carry it), and w_out is the record in word order
+        self.position = np.empty(len(self.members), np.int32)
+        self.position[self.members] = np.arange(len(self.members), dtype=np.int32)
+        self.slot_block = self.block_of[self.members]          # the block of each row of out_rows
+        self.slots = np.arange(len(self.members), dtype=np.int32)
+        self.out_rows = w_out[self.members]
         # the kernel's rows (its touched marks are not read: every pass moves whole blocks)
-        self.rows_ = Params(w_in, w_out, np.zeros(len(w_in), np.uint8), np.zeros(len(w_out), np.uint8))
-        # how output blocks travel; a lossy wire's residuals per row (error feedback)
+        self.rows_ = Params(w_in, self.out_rows, np.zeros(len(w_in), np.uint8), np.zeros(len(w_out), np.uint8))
+        # how output blocks travel; a lossy wire's residuals per row (error feedback), in block order
         self.wire = block_wire(setup.cfg)
-        self.residual = None if self.wire == "fp32" or p == 1 else np.zeros_like(w_out)
+        self.residual = None if self.wire == "fp32" or p == 1 else np.zeros_like(self.out_rows)
         # the shift of the output block this rank holds; None: every rank's copy is current
         self.held: int | None = None
         self.dirty = False
@@ -64,15 +71,19 @@ class BlockStore(Store):
         self.pairs = 0
 
     def noise_of(self, b: int, args: KernelArgs) -> Noise:
-        """Noise words from block ``b`` only; with shared negatives one draw per run of a
-        centre's pairs (at most a window's contexts)."""
-        lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])
-        return Noise(self.noise, self.members, lo, hi - lo, int(args.negative), bool(args.shared_negatives),
+        """Noise words from block ``b`` only (as rows of out_rows); with shared negatives one
+        draw per run of a centre's pairs (at most a window's contexts)."""
+        lo, hi = self.span(b)
+        return Noise(self.noise, self.slots, lo, hi - lo, int(args.negative), bool(args.shared_negatives),
                      2 * int(args.window))
 
     def block(self, b: int) -> np.ndarray:
         """The word ids of block ``b``."""
         return self.members[self.offsets[b]:self.offsets[b + 1]]
+
+    def span(self, b: int) -> tuple[int, int]:
+        """Block ``b``'s rows [lo, hi) of out_rows."""
+        return int(self.offsets[b]), int(self.offsets[b + 1])
 
     # ---------------------------------------------------------------- a round: one pass
     def train(self, work: Work, ahead: Work | None, rng: np.ndarray, args: KernelArgs,
@@ -80,7 +91,7 @@ class BlockStore(Store):
         t0 = time.perf_counter()
         made, words = [], 0
         for tokens, starts in work.pieces:
-            made.append(piece_pairs(tokens, starts, args.keep_prob, args.window, rng, self.threads))
+            made.append(piece_pairs(tokens, starts, args.keep_prob, args.window, self.position, rng, self.threads))
             words += len(tokens)
         inp = np.concatenate([m[0] for m in made]) if made else np.zeros(0, np.int32)
         out = np.concatenate([m[1] for m in made]) if made else np.zeros(0, np.int32)
@@ -88,7 +99,7 @@ class BlockStore(Store):
         got = self.route(inp, out)
         t1 = time.perf_counter()
         inp, out = np.empty(len(got), np.int32), np.empty(len(got), np.int32)
-        starts = partition(got[:, 0], got[:, 1], self.block_of, True, self.comm.size, inp, out, self.threads)
+        starts = partition(got[:, 0], got[:, 1], self.slot_block, True, self.comm.size, inp, out, self.threads)
         compute += time.perf_counter() - t1
         loss, examples, trained = 0.0, 0, 0.0
         # global words of the pass: every rank trains about as many as this one (work.scale)
@@ -124,7 +135,8 @@ class BlockStore(Store):
         return got
 
     def move_to(self, shift: int) -> None:
-        """Hand the held output block on and take the one held at ``shift`` (the ring step)."""
+        """Hand the held output block on and take the one held at ``shift`` (the ring step):
+        one message each way, sent from and received into out_rows in place (fp32)."""
         p, rank = self.comm.size, self.comm.rank
         if self.held is None or self.held == shift or p == 1:
             self.held = shift
@@ -132,38 +144,37 @@ class BlockStore(Store):
         t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
         k = self.comm.stats.steps
         dest, source = handoff(rank, self.held, shift, p)
-        mine, theirs = self.block(held_block(rank, self.held, p)), self.block(held_block(rank, shift, p))
-        dim = self.w_out.shape[1]
-        got = np.empty((len(theirs), row_bytes(self.wire, dim)), np.uint8)
-        self.comm.sendrecv_(self.encoded(mine), dest, got, source)
-        self.by_rows(len(theirs), lambda a, b: scatter_rows(self.w_out, theirs[a:b], 0, b - a,
-                                                            decode(got[a:b], self.wire, dim)))
+        lo, hi = self.span(held_block(rank, self.held, p))
+        lo2, hi2 = self.span(held_block(rank, shift, p))
+        if self.wire == "fp32":
+            self.comm.sendrecv_(self.out_rows[lo:hi], dest, self.out_rows[lo2:hi2], source)
+        else:
+            dim = self.out_rows.shape[1]
+            got = np.empty((hi2 - lo2, row_bytes(self.wire, dim)), np.uint8)
+            self.comm.sendrecv_(self.encoded(lo, hi), dest, got, source)
+            rows = self.out_rows[lo2:hi2]
+
+            def unpack(a: int, b: int) -> None:
+                rows[a:b] = decode(got[a:b], self.wire, dim)
+
+            self.by_rows(hi2 - lo2, unpack)
         self.held = shift
         self.ring_bytes += self.comm.stats.bytes_sent - b
         self._account(t, b, s, k)
 
-    def encoded(self, ids: np.ndarray) -> np.ndarray:
-        """Output rows ``ids`` as they travel (--wire), by row ranges on the rank's threads; a
-        lossy wire keeps what rounding left out and adds it the next time this rank sends the
+    def encoded(self, lo: int, hi: int) -> np.ndarray:
+        """Rows [lo, hi) of out_rows as a lossy --wire sends them, by row ranges on the rank's
+        threads; what rounding left out is kept and added the next time this rank sends the
         row (error feedback)."""
-        dim = self.w_out.shape[1]
-        rows = np.empty((len(ids), dim), np.float32)
-        if self.wire == "fp32":
-            self.by_rows(len(ids), lambda a, b: gather_rows(self.w_out, ids, a, b, rows))
-            return rows.view(np.uint8)
-        data = np.empty((len(ids), row_bytes(self.wire, dim)), np.uint8)
-        kept = np.empty_like(rows)
+        dim = self.out_rows.shape[1]
+        data = np.empty((hi - lo, row_bytes(self.wire, dim)), np.uint8)
 
         def work(a: int, b: int) -> None:
-            gather_rows(self.w_out, ids, a, b, rows)
-            gather_rows(self.residual, ids, a, b, kept)
-            part = rows[a:b]
-            part += kept[a:b]
-            data[a:b] = encode(part, self.wire)
-            part -= decode(data[a:b], self.wire, dim)
-            scatter_rows(self.residual, ids[a:b], 0, b - a, part)
+            rows = self.out_rows[lo + a:lo + b] + self.residual[lo + a:lo + b]
+            data[a:b] = encode(rows, self.wire)
+            self.residual[lo + a:lo + b] = rows - decode(data[a:b], self.wire, dim)
 
-        self.by_rows(len(ids), work)
+        self.by_rows(hi - lo, work)
         return data
 
     def by_rows(self, n: int, work) -> None:
@@ -182,7 +193,8 @@ class BlockStore(Store):
         """The largest |value| of this rank's current rows (inf for NaN): the guard's probe."""
         rows = [self.w_in[self.block(self.comm.rank)]]
         if self.held is not None:
-            rows.append(self.w_out[self.block(held_block(self.comm.rank, self.held, self.comm.size))])
+            lo, hi = self.span(held_block(self.comm.rank, self.held, self.comm.size))
+            rows.append(self.out_rows[lo:hi])
         biggest = max(float(np.abs(r).max()) if r.size else 0.0 for r in rows)
         return biggest if np.isfinite(biggest) else float("inf")
 
@@ -198,6 +210,8 @@ class BlockStore(Store):
         gather); the other ranks' copies stay as they are (only their own blocks are read)."""
         if self.dirty and self.comm.size > 1:
             self.collect(everyone=False)
+        elif self.dirty:
+            self.w_out[self.members] = self.out_rows
         self.dirty = False
 
     def host(self) -> None:
@@ -205,26 +219,29 @@ class BlockStore(Store):
         rank returns the trained model."""
         if self.comm.size > 1 and self.held is not None:
             self.collect(everyone=True)
+        elif self.comm.size == 1:
+            self.w_out[self.members] = self.out_rows
 
     def collect(self, everyone: bool) -> None:
         """Every rank's input block and held output block into rank 0's copy (``everyone``:
-        into every rank's)."""
+        into every rank's): w_in and w_out, the record in word order."""
         t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
         k = self.comm.stats.steps
         p, rank, dim = self.comm.size, self.comm.rank, self.w_in.shape[1]
         width = int(np.diff(self.offsets).max())
         held = held_block(rank, self.held, p)
         mine = np.zeros((2, width, dim), np.float32)
-        ids_in, ids_out = self.block(rank), self.block(held)
+        ids_in, (lo, hi) = self.block(rank), self.span(held)
         mine[0, :len(ids_in)] = self.w_in[ids_in]
-        mine[1, :len(ids_out)] = self.w_out[ids_out]
+        mine[1, :hi - lo] = self.out_rows[lo:hi]
         every = self.comm.allgather_array(mine) if everyone else self.comm.gather_array(mine)
         holders = self.comm.allgather(held) if everyone else self.comm.gather(held)
         if every is not None:
             for r in range(p):
-                ids_in, ids_out = self.block(r), self.block(holders[r])
+                ids_in, (lo, hi) = self.block(r), self.span(holders[r])
                 self.w_in[ids_in] = every[r, 0, :len(ids_in)]
-                self.w_out[ids_out] = every[r, 1, :len(ids_out)]
+                self.out_rows[lo:hi] = every[r, 1, :hi - lo]
+            self.w_out[self.members] = self.out_rows
         if everyone:
             self.held = None
         self._account(t, b, s, k)

@@ -62,7 +62,8 @@ def replay(p: int, counts, args) -> tuple[np.ndarray, np.ndarray, int]:
     rows = Params(w_in, w_out, np.zeros(V, np.uint8), np.zeros(V, np.uint8))
     done, pairs = 0.0, 0
     for rnd in range(ROUNDS):
-        made = {r: [window_pairs(t, s, args.keep_prob, args.window, rngs[r]) for t, s in corpus_of(r, rnd)]
+        made = {r: [window_pairs(t, s, args.keep_prob, args.window, np.arange(V, dtype=np.int32), rngs[r])
+                    for t, s in corpus_of(r, rnd)]
                 for r in range(p)}
         words = {r: sum(len(t) for t, _ in corpus_of(r, rnd)) for r in range(p)}
         got = {}
