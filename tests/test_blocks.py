@@ -212,9 +212,22 @@ def test_pairs_on_threads_are_each_shares_pairs_in_order():
     assert list(zip(inp.tolist(), out.tolist())) == want
 
 
-def test_a_pass_is_at_most_4m_words_and_a_run_has_at_least_16():
+def test_a_pass_is_4m_words_or_what_bounds_the_rings_bytes_and_steps_and_a_run_has_12():
     from mpidwe.train.plan import block_pass_words
 
-    assert block_pass_words(3 * 64_332_282, 16) == 250_000            # enwiki-64M x 3: 4M-word passes
-    assert block_pass_words(2 * 3_000_000, 8) == 6_000_000 // 16 // 8  # the demo x 2: 16 passes
-    assert block_pass_words(10_000, 4) == 5_000                       # never below the floor
+    run = 3 * 64_332_282                                                 # enwiki-64M x 3
+    assert block_pass_words(run, 8, 145_785) == 500_000                   # 4M-word passes
+    assert block_pass_words(run, 16, 145_785) == int(40 * 16 * 1e6 / 150) // 16         # the latency steps
+    assert block_pass_words(run, 32, 145_785) == int(72 * 32 * 1e6 / 150) // 32
+    assert block_pass_words(10**10, 16, 2_000_000) == int(2_000_000 * 104 * 15 / 60) // 16   # the ring's bytes
+    assert block_pass_words(run // 3, 32, 145_785) == run // 3 // 12 // 32            # 12 passes at least
+    assert block_pass_words(2 * 3_000_000, 8, 2_724) == 6_000_000 // 12 // 8   # the demo x 2
+    assert block_pass_words(10_000, 4) == 5_000                                # never below the floor
+
+
+def test_the_ring_goes_int8_from_16_ranks_unless_wire_says():
+    from mpidwe.core.config import block_wire
+
+    cfg = TrainConfig(store="blocks")
+    assert [block_wire(cfg, p) for p in (1, 8, 15, 16, 32)] == ["fp32"] * 3 + ["int8"] * 2
+    assert block_wire(TrainConfig(store="blocks", wire="bf16"), 32) == "bf16"

@@ -192,7 +192,7 @@ class TrainConfig:
                     "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int4 in tiers (--sync-full), int8 for "
                     "the other dense syncs of the replicated store from 3 ranks on, fp32 elsewhere "
                     "(docs/lab/sync-modes.md); --store blocks: how the output blocks travel round the ring (a "
-                    "lossy encoding keeps error feedback), auto fp32",
+                    "lossy encoding keeps error feedback), auto int8 from 16 ranks, fp32 below",
                     choices=["auto", "fp32", "bf16", "int8", "int4"])
     wire_feedback: str = opt("auto", "int8 and int4 rows: each rank keeps what the encoding of a row's change left "
                              "out and adds it to that row's next change (error feedback; two more copies of each "
@@ -223,7 +223,8 @@ class TrainConfig:
                      "rank r owns vocabulary block r's input rows and the output blocks travel round a ring, so "
                      "every row has one writer and no rank averages copies (skip-gram, negative sampling, "
                      "numba kernel; a round is one pass of the ring: --sync-every words per rank, auto "
-                     "min(4,000,000, the run's words / 16) / P; docs/lab/blocks.md)",
+                     "4M words over all ranks, more where the ring's bytes or latency per word would be many, at "
+                     "most the run's words / 12; docs/lab/blocks.md)",
                      choices=["replicated", "sharded", "blocks"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
@@ -454,14 +455,18 @@ def wire_of(cfg: TrainConfig, world_size: int, tiered: bool | None = None) -> st
     return "int4" if tiered else "int8"
 
 
-# --store blocks, --wire auto: how the output blocks travel round the ring
-BLOCK_WIRE_AUTO = "fp32"
+# --store blocks, --wire auto: the ring's blocks travel as int8 rows (with error feedback)
+# from this many ranks on, where the ring's bytes per word grow with P (16 and 32 ranks kept
+# one process's quality on enwiki-64M with them: docs/lab/blocks.md), as float32 below
+BLOCK_INT8_MIN_RANKS = 16
 
 
-def block_wire(cfg: TrainConfig) -> str:
+def block_wire(cfg: TrainConfig, world_size: int) -> str:
     """--store blocks: the ring's encoding of the output blocks (--wire; lossy ones keep
     error feedback: parallel/blocks.py)."""
-    return BLOCK_WIRE_AUTO if cfg.wire == "auto" else cfg.wire
+    if cfg.wire != "auto":
+        return cfg.wire
+    return "int8" if world_size >= BLOCK_INT8_MIN_RANKS else "fp32"
 
 
 def feedback_of(option: str, tiered: bool, loss: str = "ns") -> bool:

@@ -59,7 +59,7 @@ class BlockStore(Store):
         # the kernel's rows (its touched marks are not read: every pass moves whole blocks)
         self.rows_ = Params(w_in, self.out_rows, np.zeros(len(w_in), np.uint8), np.zeros(len(w_out), np.uint8))
         # how output blocks travel; a lossy wire's residuals per row (error feedback), in block order
-        self.wire = block_wire(setup.cfg)
+        self.wire = block_wire(setup.cfg, p)
         self.residual = None if self.wire == "fp32" or p == 1 else np.zeros_like(self.out_rows)
         # the shift of the output block this rank holds; None: every rank's copy is current
         self.held: int | None = None

@@ -110,19 +110,29 @@ def auto_sync_every(vocab_size: int, world_size: int = 1, tiered: bool = False) 
 # (input block, output block) bucket once, so a row's neighbours in another block reach it
 # once per pass: passes of 4M words held one process's quality in a one-process simulation of
 # 16 blocks on enwiki and on a corpus four times its size, 16M-word passes lost 1-6 analogy
-# points (docs/lab/blocks.md)
+# points at one epoch; with real ranks 16M-word passes held it at 32 ranks over 3 epochs of
+# enwiki-64M (docs/lab/blocks.md)
 BLOCK_PASS_WORDS = 4_000_000
+# ... longer where the ring's bytes or its latency steps per word would be too many: a pass
+# sends the output matrix once round the ring (V (P - 1) rows per rank, in int8 d + 4 bytes
+# each) and takes about 2 P + 8 latency steps (the routing's all-to-all and the ring's P - 1
+# steps), against P over the pass's words per rank
+BLOCK_RING_BYTES_PER_WORD = 60
+BLOCK_STEPS_PER_MILLION = 150
 # ... and at least this many passes in a run: each trains every bucket once, so a short run
 # needs short passes (the 3M-token demo corpus, 2 epochs, 8 ranks: 96.5% analogy in 8 passes,
 # 99.2% in 12, 99.5% in 18, one process 100%)
-BLOCK_PASSES_MIN = 16
+BLOCK_PASSES_MIN = 12
 
 
-def block_pass_words(run_words: int, world_size: int) -> int:
+def block_pass_words(run_words: int, world_size: int, vocab_size: int = 0, dim: int = 100) -> int:
     """--store blocks, --sync-every 0: the words per rank of one pass (``run_words``: the
     run's words over all epochs)."""
-    words = min(BLOCK_PASS_WORDS, run_words // BLOCK_PASSES_MIN)
-    return max(SYNC_EVERY_MIN, words // max(world_size, 1))
+    p = max(world_size, 1)
+    ring = vocab_size * (dim + 4) * (p - 1) / BLOCK_RING_BYTES_PER_WORD
+    latency = (2 * p + 8) * p * 1e6 / BLOCK_STEPS_PER_MILLION if p > 1 else 0
+    words = min(max(BLOCK_PASS_WORDS, ring, latency), run_words // BLOCK_PASSES_MIN)
+    return max(SYNC_EVERY_MIN, int(words) // p)
 
 
 def node_memory() -> int:
@@ -357,7 +367,8 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     if tiers and cfg.loss == "hs" and not cfg.sync_full:      # --loss hs, tiers by default: HS's interval
         sync_every = every_hs
     elif cfg.store == "blocks":       # a round is one pass of the ring
-        sync_every = cfg.sync_every or block_pass_words(corpus.n_tokens * cfg.epochs, comm.size)
+        sync_every = cfg.sync_every or block_pass_words(corpus.n_tokens * cfg.epochs, comm.size, corpus.n_words,
+                                                        cfg.dim)
     else:
         sync_every = cfg.sync_every or auto_sync_every(corpus.n_words, comm.size, tiers is not None)
     sharded = {}
@@ -373,7 +384,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
                     compute_choice=compute.why,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale, sync_tiers=tiers,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
-                    **({"block_wire": block_wire(cfg)} if cfg.store == "blocks" else {}),
+                    **({"block_wire": block_wire(cfg, comm.size)} if cfg.store == "blocks" else {}),
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__, **sharded)
     own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
     return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved,
