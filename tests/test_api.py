@@ -326,3 +326,83 @@ def test_readme_example_runs(exported):
     word = vecs.words[30]
     assert json.loads(json.dumps(vecs.most_similar(word, topn=5)))[0][0] in vecs
     assert vecs[word].shape == (16,) and -1 <= vecs.similarity(word, vecs.words[31]) <= 1
+
+
+# -------------------------------------------------------------------- gensim's keywords
+def test_gensims_keywords_are_translated_or_refused_with_mpidwes_name():
+    from mpidwe.train.keywords import translate
+
+    kw = translate(dict(vector_size=50, workers=2, window=3, negative=7, sg=0, epochs=2, alpha=0.05,
+                        min_alpha=0.0005, sample=1e-3, seed=9, min_count=2, max_final_vocab=100,
+                        corpus_file="t.txt", min_n=2, max_n=4, bucket=1000))
+    assert kw.train == dict(dim=50, threads=2, window=3, negative=7, model="cbow", epochs=2, lr=0.05,
+                            min_lr_ratio=pytest.approx(0.01), sample=1e-3, seed=9, corpus="t.txt", minn=2,
+                            maxn=4, buckets=1000)
+    assert kw.text == dict(min_count=2, max_vocab=100) and kw.sentences is None
+    assert translate(dict(sg=1, hs=1, negative=0)).train == dict(model="skipgram", loss="hs")
+    assert translate(dict(size=8, iter=3, hs=0)).train == dict(dim=8, epochs=3, loss="ns")
+    refused = {
+        "vector_size=5 and dim=6 both set dim": dict(vector_size=5, dim=6),
+        "hs=1 with negative=5: mpidwe trains one output layer": dict(hs=1, negative=5),
+        "negative=0 leaves no output layer: give hs=1": dict(negative=0),
+        "takes no output=: use out": dict(output="x"),
+        "takes no max_vocab_size=: use max_vocab": dict(max_vocab_size=10),
+        "takes no binary=: use .*export --format word2vec-binary": dict(binary=True),
+        "unknown option.*vectr_size; did you mean vector_size": dict(vectr_size=5),
+        "sg must be 0 or 1": dict(sg=2),
+        "sentences= and corpus_file= both give the corpus": dict(sentences=[["a"]], corpus_file="t"),
+    }
+    for message, options in refused.items():
+        with pytest.raises(ConfigError, match=message):
+            translate(options)
+
+
+def _sentences(n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(40)]
+    return [[words[j] for j in rng.integers(0, 40, 10)] for _ in range(n)] + [["Once", "only"]]
+
+
+def test_train_on_sentences_with_gensims_names(tmp_path):
+    """sentences= (token lists, as gensim's Word2Vec takes) become the run's corpus, with
+    min_count applied and the tokens kept as written; gensim's names set the options."""
+    sentences = _sentences()
+    vecs = mpidwe.train(sentences=iter(sentences), out=tmp_path / "run", vector_size=12, workers=1, window=3,
+                        min_count=2, sg=0, epochs=1, seed=4, progress=False, log=None)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["dim"], config["threads"], config["window"], config["model"], config["seed"]) == \
+        (12, 1, 3, "cbow", 4)
+    assert sorted(vecs.words) == sorted({w for s in sentences[:-1] for w in s})    # "Once" < min_count
+    with Corpus(str(tmp_path / "run" / "corpus.h5")) as corpus:
+        assert corpus.counts.sum() == sum(len(s) for s in sentences[:-1])
+    assert [p.name for p in tmp_path.joinpath("run").iterdir() if p.name.startswith(".sentences")] == []
+    with pytest.raises(ConfigError, match=r"sentences\[1\] holds the token 'a b'"):
+        mpidwe.train(sentences=[["x"], ["a b"]], out=tmp_path / "r2", log=None)
+    with pytest.raises(ConfigError, match="min_count build a corpus from text"):
+        mpidwe.train(corpus=tmp_path / "run" / "corpus.h5", out=tmp_path / "r3", min_count=3, log=None)
+
+
+def test_raw_text_that_wants_normalising_gets_a_hint_and_the_choice(tmp_path):
+    """corpus_file= raw WikiExtractor text: a hint names strip_doc_tags and lowercase; given
+    them (or normalize='text8'), <doc tags are gone and The and the are one word."""
+    lines = []
+    for d in range(30):
+        lines.append(f'<doc id="{d}" url="x" title="T{d}">')
+        lines += [" ".join(s) + " The end ." for s in _sentences(20, seed=d)[:-1]] + ["the end", "</doc>"]
+    text = tmp_path / "wiki.txt"
+    text.write_text("\n".join(lines) + "\n")
+    said = []
+    vecs = mpidwe.train(corpus_file=text, out=tmp_path / "raw", dim=8, threads=1, epochs=1, progress=False,
+                        log=said.append)
+    hint = [line for line in said if line.startswith("hint:")]
+    assert len(hint) == 1 and "doc tags and mixed case" in hint[0], said
+    assert "strip_doc_tags=True" in hint[0] and "lowercase=True" in hint[0]
+    assert "<doc" in vecs and "The" in vecs and "the" in vecs
+    said.clear()
+    vecs = mpidwe.train(corpus_file=text, out=tmp_path / "clean", dim=8, threads=1, epochs=1, progress=False,
+                        strip_doc_tags=True, lowercase=True, log=said.append)
+    assert not [line for line in said if line.startswith("hint:")]
+    assert "<doc" not in vecs and "The" not in vecs and "the" in vecs
+    vecs = mpidwe.train(corpus_file=text, out=tmp_path / "text8", dim=8, threads=1, epochs=1, progress=False,
+                        normalize="text8", log=None)
+    assert "The" not in vecs and "the" in vecs and "w1" not in vecs and "w" in vecs
