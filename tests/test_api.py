@@ -406,3 +406,65 @@ def test_raw_text_that_wants_normalising_gets_a_hint_and_the_choice(tmp_path):
     vecs = mpidwe.train(corpus_file=text, out=tmp_path / "text8", dim=8, threads=1, epochs=1, progress=False,
                         normalize="text8", log=None)
     assert "The" not in vecs and "the" in vecs and "w1" not in vecs and "w" in vecs
+
+
+# -------------------------------------------------------------------- the rest of KeyedVectors
+def test_the_rest_of_keyedvectors_matches_gensim(exported, tmp_path):
+    """n_similarity, vector_size, fill_norms/norms, get_normed_vectors, most_similar_to_given,
+    words_closer_than, save/load and add_vectors, asked of both on the same vectors."""
+    gensim = pytest.importorskip("gensim")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(exported["binary"], binary=True)
+    vecs = mpidwe.load(exported["run"])
+    w = vecs.words
+    assert vecs.vector_size == kv.vector_size == 16
+    for ws1, ws2 in [([w[1], w[2]], [w[3]]), ([w[10], w[20], w[30]], [w[11], w[500]]), ([w[4]], [w[4]])]:
+        assert vecs.n_similarity(ws1, ws2) == pytest.approx(float(kv.n_similarity(ws1, ws2)), abs=1e-6)
+    with pytest.raises(ZeroDivisionError):
+        vecs.n_similarity([], [w[1]])
+    assert vecs.norms is None
+    vecs.fill_norms()
+    kv.fill_norms()
+    np.testing.assert_allclose(vecs.norms, kv.norms, rtol=1e-6)
+    np.testing.assert_allclose(vecs.get_normed_vectors(), kv.get_normed_vectors(), rtol=1e-5, atol=1e-7)
+    for key, keys in [(w[5], [w[6], w[7], w[300], w[8]]), (w[40], [w[41], w[42], w[43]])]:
+        assert vecs.most_similar_to_given(key, keys) == kv.most_similar_to_given(key, keys)
+    assert vecs.words_closer_than(w[3], w[40]) == kv.closer_than(w[3], w[40])
+    # save / load: word2vec binary, read by gensim and by both loaders, exactly
+    vecs.save(tmp_path / "saved.bin")
+    back = mpidwe.WordVectors.load(tmp_path / "saved.bin")
+    assert back.words == vecs.words
+    np.testing.assert_array_equal(back.vectors, vecs.vectors)
+    np.testing.assert_array_equal(mpidwe.load(tmp_path / "saved.bin").vectors, vecs.vectors)
+    np.testing.assert_array_equal(
+        gensim.models.KeyedVectors.load_word2vec_format(str(tmp_path / "saved.bin"), binary=True).vectors,
+        vecs.vectors)
+    # add_vectors: new words appended, known ones kept unless replace, queries see them
+    rng = np.random.default_rng(1)
+    new = rng.normal(size=(3, 16)).astype(np.float32)
+    keys = ["brand-new", w[2], "other-new"]
+    before = vecs.vectors.copy()
+    vecs.add_vectors(keys, new)
+    kv.add_vectors(keys, new)
+    assert vecs.index_to_key == kv.index_to_key and vecs.key_to_index == kv.key_to_index
+    np.testing.assert_array_equal(vecs.vectors, kv.vectors)
+    np.testing.assert_array_equal(vecs[w[2]], before[2])
+    assert vecs.counts[-2:].tolist() == [0, 0] and len(vecs.counts) == len(vecs)
+    assert vecs.most_similar(positive=new[0], topn=1) == [("brand-new", pytest.approx(1.0, abs=1e-6))]
+    vecs.add_vectors(w[2], new[1], replace=True)
+    kv.add_vectors(w[2], new[1], replace=True)
+    np.testing.assert_array_equal(vecs[w[2]], kv[w[2]])
+    assert vecs.similarity(w[2], "brand-new") == pytest.approx(float(kv.similarity(w[2], "brand-new")), abs=1e-6)
+    np.testing.assert_array_equal(mpidwe.load(exported["run"]).vectors, before)      # the checkpoint untouched
+    with pytest.raises(ValueError, match=r"2 words need a \(2, 16\) array"):
+        vecs.add_vectors(["a", "b"], np.ones((3, 16)))
+
+
+def test_an_unknown_capitalised_word_gets_the_lowercase_hint(exported):
+    vecs = mpidwe.load(exported["run"])
+    word = vecs.words[5]
+    assert word == word.lower() and word.capitalize() not in vecs
+    with pytest.raises(KeyError, match=rf"word not in vocabulary: '{word.capitalize()}'.*did you mean '{word}'\?"):
+        vecs[word.capitalize()]
+    with pytest.raises(KeyError) as e:
+        vecs["zzz-no-such"]
+    assert "did you mean" not in str(e.value)
