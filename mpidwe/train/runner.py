@@ -44,13 +44,16 @@ def ensure_demo_corpus(comm: Comm, directory: str = DEMO_DIR) -> str:
 
 
 class StopRequest:
-    """SIGTERM / SIGUSR1 (Slurm's time-limit and preemption warnings) set a flag; the
-    trainer checkpoints at the next sync point and exits with EXIT_REQUEUE."""
+    """SIGTERM / SIGUSR1 (Slurm's time-limit and preemption warnings) and a first Ctrl-C
+    (SIGINT) set a flag; the trainer checkpoints at the next sync point and exits (75 for
+    requeue after SIGTERM/SIGUSR1, 130 after Ctrl-C). A second Ctrl-C stops at once, without
+    a checkpoint (KeyboardInterrupt). SIGINT is left alone where it was ignored (nohup)."""
 
-    SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
     def __init__(self):
         self.requested = False
+        self.interrupted = False       # the request came from Ctrl-C (SIGINT)
         self._old = {}
 
     def __enter__(self):
@@ -60,10 +63,24 @@ class StopRequest:
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 sig = getattr(signal, name)
+                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
+        import signal
+        import sys
+
+        from ..parallel.comm import launcher_rank
+
+        if signum == signal.SIGINT:
+            if self.interrupted:
+                raise KeyboardInterrupt
+            self.interrupted = True
+            if launcher_rank() == 0:
+                sys.stderr.write("interrupted: a checkpoint is written at the next sync, then the run stops "
+                                 "(Ctrl-C again stops at once, without one)\n")
         self.requested = True
 
     def ignore_from_now(self) -> None:
