@@ -371,3 +371,26 @@ def test_kill_9_of_one_preprocess_rank_names_it(tmp_path):
     (tmp_path / "t.txt").write_text("a b c\n" * 100)
     run_mpi(2, ["-m", "mpidwe.preprocess", str(tmp_path / "t.txt"), "--output", str(out), "--min-count", "1"])
     assert out.exists() and not (tmp_path / ".c.h5.rank-died").exists()
+
+
+def test_a_corpus_too_small_for_its_ranks_or_a_one_word_vocabulary_warns(tmp_path):
+    """17 words over several ranks, or a vocabulary of one word, trained silently and exited
+    0; now a warning says why the vectors will be worthless."""
+    from mpidwe.train.plan import size_warnings
+
+    assert size_warnings(3_000_000, 50_000, 4) == [] and size_warnings(17, 11, 1) == []
+    (tmp_path / "t.txt").write_text("the cat sat on the mat and the dog sat on the log with a cat too\n")
+    (tmp_path / "one.txt").write_text("a a a a a a a a a a\n")
+    for name in ("t", "one"):
+        run_py(["-m", "mpidwe.preprocess", str(tmp_path / f"{name}.txt"), "--min-count", "1", "--output",
+                str(tmp_path / f"{name}.h5")])
+    flags = ["--dim", "8", "--threads", "1", "--no-progress", "--epochs", "1"]
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(tmp_path / "t.h5"), "--out", str(tmp_path / "r2"),
+                       *flags])
+    assert ("warning: 17 corpus words over 2 ranks (8 per rank): too few for several ranks to help"
+            in proc.stdout), proc.stdout
+    assert proc.stdout.count("warning:") == 1
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(tmp_path / "one.h5"), "--out", str(tmp_path / "r1"),
+                   *flags])
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: the vocabulary holds 1 word(s): every training pair is that word with itself" in proc.stdout

@@ -15,7 +15,7 @@ from ..parallel.comm import Comm
 from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
-from .plan import Compute, Plan, choose_compute, make_plan
+from .plan import Compute, Plan, choose_compute, make_plan, size_warnings
 from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
 from .warm import warm_start
@@ -160,6 +160,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         if log and plan.binding:
             log(plan.binding)
+        for line in size_warnings(corpus.n_tokens, corpus.n_words, comm.size) if log else ():
+            log(line)
         comm.barrier()    # the old marker is gone before any watcher starts
         deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
         return trainer.run()
