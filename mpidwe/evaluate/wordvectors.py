@@ -403,6 +403,15 @@ class WordVectors:
         binary=True)`` read it. Counts and the OOV model are not kept (a checkpoint keeps them)."""
         self.save_word2vec_format(os.fspath(path), binary=True)
 
+    def save_fasttext(self, path) -> None:
+        """Write fastText's model file (.bin) of a ``--subwords`` checkpoint's vectors (the input
+        matrix): fastText's ``load_model`` and gensim's ``load_facebook_model`` /
+        ``load_facebook_vectors`` read it and answer unseen words as :attr:`oov` does
+        (io/fasttext.py). Vectors without such a checkpoint are refused (InputError)."""
+        from ..io.fasttext import write_checkpoint
+
+        write_checkpoint(os.fspath(path), self.checkpoint, source=self.path or "these vectors", matrix=self.matrix)
+
     @classmethod
     def load(cls, path) -> "WordVectors":
         """Words and vectors from a word2vec text or binary file (:meth:`save`'s); a checkpoint
