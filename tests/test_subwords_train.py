@@ -166,6 +166,8 @@ def test_fasttext_export_loads_in_gensim_and_fasttext_and_answers_unseen_words_a
     vecs = mpidwe.load(str(out))
     unseen = [misspelt(vecs, clusters(demo), n=1)[0][0], "zzqx-never-seen", "日本語"]
     assert not any(w in vecs for w in unseen)
+    vecs.save_fasttext(tmp_path / "api.bin")                  # the Python call writes the same bytes
+    assert (tmp_path / "api.bin").read_bytes() == path.read_bytes()
     kv = load_facebook_vectors(str(path))
     assert kv.index_to_key == vecs.words and (kv.min_n, kv.max_n, kv.bucket) == (3, 6, BUCKETS)
     np.testing.assert_allclose(kv.vectors, vecs.vectors, atol=1e-6)
