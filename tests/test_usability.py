@@ -137,6 +137,7 @@ def test_code_runs_on_python_3_10():
     (["--cbow", "1"], "--model cbow"),
     (["--workers", "4"], "--threads"),
     (["--alpha", "0.05"], "--lr"),
+    (["--min_n", "2", "--bucket", "100"], "--min_n: use --minn"),       # gensim's FastText names
     (["--sync_every", "5000"], "did you mean --sync-every?"),
     (["--sync-evry", "5000"], "did you mean --sync-every?"),
 ])
