@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..core.config import PreprocessConfig, TrainConfig, from_mapping, keyword_message, to_dict
+from ..core.config import TrainConfig, from_mapping, keyword_message, to_dict
 from ..core.errors import ConfigError, InputError, MpidweError
 from ..parallel.comm import Comm
 from ..evaluate.wordvectors import SubwordOOV, WordVectors, check_matrix, oov_model
