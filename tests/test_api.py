@@ -376,6 +376,11 @@ def test_train_on_sentences_with_gensims_names(tmp_path):
     with Corpus(str(tmp_path / "run" / "corpus.h5")) as corpus:
         assert corpus.counts.sum() == sum(len(s) for s in sentences[:-1])
     assert [p.name for p in tmp_path.joinpath("run").iterdir() if p.name.startswith(".sentences")] == []
+    # into the same folder again: refused before its corpus is rebuilt from other sentences
+    made = (tmp_path / "run" / "corpus.h5").stat().st_mtime_ns
+    with pytest.raises(InputError, match="already holds a run; continue it with resume='auto'"):
+        mpidwe.train(sentences=[["other", "words"]] * 50, out=tmp_path / "run", min_count=1, log=None)
+    assert (tmp_path / "run" / "corpus.h5").stat().st_mtime_ns == made
     with pytest.raises(ConfigError, match=r"sentences\[1\] holds the token 'a b'"):
         mpidwe.train(sentences=[["x"], ["a b"]], out=tmp_path / "r2", log=None)
     with pytest.raises(ConfigError, match="min_count build a corpus from text"):

@@ -12,6 +12,7 @@ from ..evaluate.wordvectors import SubwordOOV, WordVectors, check_matrix, oov_mo
 from ..io.corpus import Corpus
 from ..io.formats import HDF5_SIGNATURE, SEAL_MAGIC
 from .keywords import Keywords, text_config, translate
+from .rundir import _check_run_dir
 from .runner import DEMO_DIR, run
 
 # the options that name one file or folder, and those that name several
@@ -40,6 +41,8 @@ def _fit(matrix: str, log, kw: Keywords) -> WordVectors:
         raise InputError("a run trained with hierarchical softmax has word vectors in its input matrix only "
                          "(its output rows are Huffman-tree nodes)")
     comm = Comm.world()
+    if kw.sentences is not None or (cfg.corpus and is_text(cfg.corpus)):
+        comm.on_root(_check_run_dir, cfg, False, broadcast=False)   # OUT/corpus.h5 of a run stays as it is
     if kw.sentences is not None:
         corpus = corpus_from_sentences(kw.sentences, cfg.out, kw.text, comm, log)
     elif cfg.corpus and is_text(cfg.corpus):
@@ -138,10 +141,9 @@ def corpus_from_sentences(sentences, out: str, options: dict, comm: Comm, log) -
         raise ConfigError(error)
     try:
         target = os.path.join(out, "corpus.h5")
-        preprocess_options = dict(options, normalize=options.get("normalize", "none"))
         from ..preprocess import run as preprocess
 
-        preprocess(text_config(preprocess_options, inputs=(text,), output=target, force=True), comm,
+        preprocess(text_config(options, inputs=(text,), output=target, force=True), comm,
                    log=log if comm.is_root else None)
         return target
     finally:

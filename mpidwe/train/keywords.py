@@ -17,7 +17,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from ..core.config import FOREIGN_OPTIONS, PreprocessConfig, TrainConfig
+from ..core.config import FOREIGN_OPTIONS, PreprocessConfig, TrainConfig, from_mapping
 from ..core.errors import ConfigError
 from ..core.options import foreign_field
 
@@ -120,6 +120,4 @@ def translate(options: dict) -> Keywords:
 
 def text_config(text: dict, **fixed) -> PreprocessConfig:
     """The preprocessing of a text corpus given to mpidwe.train: ``text`` over the defaults."""
-    from ..core.config import from_mapping
-
     return from_mapping(PreprocessConfig, {**text, **fixed}, source=SOURCE)
