@@ -471,7 +471,8 @@ class Trainer:
         cfg, log, comm = self.cfg, self.log, self.comm
         if log:
             if stopped:
-                log(f"stop requested (SIGTERM/SIGUSR1): wrote {ckpt_path}; resume with --resume auto")
+                why = "Ctrl-C" if getattr(self.stop, "interrupted", False) else "SIGTERM/SIGUSR1"   # a stand-in may lack it
+                log(f"stop requested ({why}): wrote {ckpt_path}; resume with --resume auto")
             else:
                 log(f"trained {words:,} words in {seconds:.1f} s ({words / max(seconds, 1e-9):,.0f} words/s, "
                     f"{comm.size} rank(s) x {self.plan.threads} thread(s), sync {cfg.sync}, lr x "

@@ -70,7 +70,6 @@ class StopRequest:
 
     def _handle(self, signum, frame):
         import signal
-        import sys
 
         from ..parallel.comm import launcher_rank
 
@@ -78,9 +77,9 @@ class StopRequest:
             if self.interrupted:
                 raise KeyboardInterrupt
             self.interrupted = True
-            if launcher_rank() == 0:
-                sys.stderr.write("interrupted: a checkpoint is written at the next sync, then the run stops "
-                                 "(Ctrl-C again stops at once, without one)\n")
+            if launcher_rank() == 0:     # os.write: the handler may interrupt a write to sys.stderr
+                os.write(2, b"interrupted: a checkpoint is written at the next sync, then the run stops "
+                            b"(Ctrl-C again stops at once, without one)\n")
         self.requested = True
 
     def ignore_from_now(self) -> None:
