@@ -123,6 +123,12 @@ def fit(*, matrix: str = "input", log=print, **options) -> WordVectors:
     (config.json, metrics.jsonl, checkpoints, vectors.txt); ``mpidwe.load(out)`` reads it
     back.
 
+    gensim's names are taken where they mean the same (``vector_size``, ``workers``,
+    ``alpha``, ``sg``, ``hs``, ``min_count``, ``corpus_file``, ...: mpidwe/train/keywords.py)
+    and refused with mpidwe's name otherwise; ``sentences=`` (an iterable of token lists) or
+    a text ``corpus`` is preprocessed into ``OUT/corpus.h5`` with ``min_count``,
+    ``max_vocab``, ``lowercase``, ``normalize`` and ``strip_doc_tags``.
+
     ``matrix`` picks the returned vectors (input, output or sum); ``log`` receives the
     command's log lines (rank 0; None for none). The result has ``run_dir`` and ``result``
     (the ``RunResult``: metrics history, seconds, words, the checkpoint written, and

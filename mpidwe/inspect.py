@@ -6,7 +6,7 @@
     inspect PATH analogy A B C [-k 5]                     a:b :: c:?  (3CosAdd)
     inspect PATH analogy - [-k 5]                         the same for each 'a b c' line of stdin
     inspect PATH vectors [WORD ...]                       'word v1 ... vd' per word (none or -: stdin)
-    inspect PATH export --format word2vec-text|word2vec-binary [--matrix input|output|sum] -o FILE
+    inspect PATH export --format word2vec-text|word2vec-binary|fasttext-bin [--matrix ...] -o FILE
     inspect PATH fit-chars [--words 50000 --steps 6000 ...]  fit the character model for unseen words
     inspect RUN_DIR plot -o curves.png                    loss, words/s and evaluation curves
 
@@ -47,6 +47,7 @@ import sys
 import numpy as np
 
 from .api import MATRICES, WordVectors, load
+from .io.fasttext import write_checkpoint as write_fasttext
 from .core.charmodel import CharModelOptions
 from .core.errors import ConfigError, InputError, MpidweError
 from .core.prog import prog
@@ -103,9 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("words", nargs="*", metavar="WORD", help="words to print; none or - reads "
                    "whitespace-separated words from standard input")
     matrix_arg(v)
-    e = sub.add_parser("export", parents=[common], help="write vectors in word2vec format")
-    e.add_argument("--format", choices=["word2vec-text", "word2vec-binary"], default="word2vec-text",
-                   help="word2vec-text (default) or word2vec-binary (as the C tool; gensim reads both)")
+    e = sub.add_parser("export", parents=[common], help="write vectors in word2vec or fastText format")
+    e.add_argument("--format", choices=["word2vec-text", "word2vec-binary", "fasttext-bin"],
+                   default="word2vec-text",
+                   help="word2vec-text (default; also fastText's .vec), word2vec-binary (as the C tool), or "
+                        "fasttext-bin: a --subwords run as fastText's model, for fastText and gensim's FastText")
     matrix_arg(e)
     e.add_argument("-o", "--output", required=True, help="the file to write (atomically)")
     e.add_argument("--force", action="store_true", help="overwrite an existing output file")
@@ -444,7 +447,10 @@ def export(a, vecs: WordVectors) -> None:
     if os.path.exists(a.output) and not a.force:
         raise InputError(f"output exists: {a.output} (use --force to overwrite)")
     with writing(a.output):
-        vecs.save_word2vec_format(a.output, binary=a.format == "word2vec-binary")
+        if a.format == "fasttext-bin":
+            write_fasttext(a.output, vecs.checkpoint, source=a.path, matrix=vecs.matrix)
+        else:
+            vecs.save_word2vec_format(a.output, binary=a.format == "word2vec-binary")
     print(json.dumps({"export": a.output}) if a.json else
           f"wrote {a.output} ({a.format}, {vecs.matrix} matrix, {len(vecs):,} x {vecs.dim})")
 
@@ -541,6 +547,8 @@ def run(argv=None) -> int:
         return 0
     if command == "export":
         ck = sharded_checkpoint(a.path)
+        if ck is not None and a.format == "fasttext-bin":   # a sharded run has no subwords: refused
+            write_fasttext(a.output, ck, source=a.path)
         if ck is not None:
             export_streamed(a, ck)
             return 0

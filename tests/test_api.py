@@ -326,3 +326,150 @@ def test_readme_example_runs(exported):
     word = vecs.words[30]
     assert json.loads(json.dumps(vecs.most_similar(word, topn=5)))[0][0] in vecs
     assert vecs[word].shape == (16,) and -1 <= vecs.similarity(word, vecs.words[31]) <= 1
+
+
+# -------------------------------------------------------------------- gensim's keywords
+def test_gensims_keywords_are_translated_or_refused_with_mpidwes_name():
+    from mpidwe.train.keywords import translate
+
+    kw = translate(dict(vector_size=50, workers=2, window=3, negative=7, sg=0, epochs=2, alpha=0.05,
+                        min_alpha=0.0005, sample=1e-3, seed=9, min_count=2, max_final_vocab=100,
+                        corpus_file="t.txt", min_n=2, max_n=4, bucket=1000))
+    assert kw.train == dict(dim=50, threads=2, window=3, negative=7, model="cbow", epochs=2, lr=0.05,
+                            min_lr_ratio=pytest.approx(0.01), sample=1e-3, seed=9, corpus="t.txt", minn=2,
+                            maxn=4, buckets=1000)
+    assert kw.text == dict(min_count=2, max_vocab=100) and kw.sentences is None
+    assert translate(dict(sg=1, hs=1, negative=0)).train == dict(model="skipgram", loss="hs")
+    assert translate(dict(size=8, iter=3, hs=0)).train == dict(dim=8, epochs=3, loss="ns")
+    refused = {
+        "vector_size=5 and dim=6 both set dim": dict(vector_size=5, dim=6),
+        "hs=1 with negative=5: mpidwe trains one output layer": dict(hs=1, negative=5),
+        "negative=0 leaves no output layer: give hs=1": dict(negative=0),
+        "takes no output=: use out": dict(output="x"),
+        "takes no max_vocab_size=: use max_vocab": dict(max_vocab_size=10),
+        "takes no binary=: use .*export --format word2vec-binary": dict(binary=True),
+        "unknown option.*vectr_size; did you mean vector_size": dict(vectr_size=5),
+        "sg must be 0 or 1": dict(sg=2),
+        "sentences= and corpus_file= both give the corpus": dict(sentences=[["a"]], corpus_file="t"),
+    }
+    for message, options in refused.items():
+        with pytest.raises(ConfigError, match=message):
+            translate(options)
+
+
+def _sentences(n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(40)]
+    return [[words[j] for j in rng.integers(0, 40, 10)] for _ in range(n)] + [["Once", "only"]]
+
+
+def test_train_on_sentences_with_gensims_names(tmp_path):
+    """sentences= (token lists, as gensim's Word2Vec takes) become the run's corpus, with
+    min_count applied and the tokens kept as written; gensim's names set the options."""
+    sentences = _sentences()
+    vecs = mpidwe.train(sentences=iter(sentences), out=tmp_path / "run", vector_size=12, workers=1, window=3,
+                        min_count=2, sg=0, epochs=1, seed=4, progress=False, log=None)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["dim"], config["threads"], config["window"], config["model"], config["seed"]) == \
+        (12, 1, 3, "cbow", 4)
+    assert sorted(vecs.words) == sorted({w for s in sentences[:-1] for w in s})    # "Once" < min_count
+    with Corpus(str(tmp_path / "run" / "corpus.h5")) as corpus:
+        assert corpus.counts.sum() == sum(len(s) for s in sentences[:-1])
+    assert [p.name for p in tmp_path.joinpath("run").iterdir() if p.name.startswith(".sentences")] == []
+    # into the same folder again: refused before its corpus is rebuilt from other sentences
+    made = (tmp_path / "run" / "corpus.h5").stat().st_mtime_ns
+    with pytest.raises(InputError, match="already holds a run; continue it with resume='auto'"):
+        mpidwe.train(sentences=[["other", "words"]] * 50, out=tmp_path / "run", min_count=1, log=None)
+    assert (tmp_path / "run" / "corpus.h5").stat().st_mtime_ns == made
+    with pytest.raises(ConfigError, match=r"sentences\[1\] holds the token 'a b'"):
+        mpidwe.train(sentences=[["x"], ["a b"]], out=tmp_path / "r2", log=None)
+    with pytest.raises(ConfigError, match="min_count build a corpus from text"):
+        mpidwe.train(corpus=tmp_path / "run" / "corpus.h5", out=tmp_path / "r3", min_count=3, log=None)
+
+
+def test_raw_text_that_wants_normalising_gets_a_hint_and_the_choice(tmp_path):
+    """corpus_file= raw WikiExtractor text: a hint names strip_doc_tags and lowercase; given
+    them (or normalize='text8'), <doc tags are gone and The and the are one word."""
+    lines = []
+    for d in range(30):
+        lines.append(f'<doc id="{d}" url="x" title="T{d}">')
+        lines += [" ".join(s) + " The end ." for s in _sentences(20, seed=d)[:-1]] + ["the end", "</doc>"]
+    text = tmp_path / "wiki.txt"
+    text.write_text("\n".join(lines) + "\n")
+    said = []
+    vecs = mpidwe.train(corpus_file=text, out=tmp_path / "raw", dim=8, threads=1, epochs=1, progress=False,
+                        log=said.append)
+    hint = [line for line in said if line.startswith("hint:")]
+    assert len(hint) == 1 and "doc tags and mixed case" in hint[0], said
+    assert "strip_doc_tags=True" in hint[0] and "lowercase=True" in hint[0]
+    assert "<doc" in vecs and "The" in vecs and "the" in vecs
+    said.clear()
+    vecs = mpidwe.train(corpus_file=text, out=tmp_path / "clean", dim=8, threads=1, epochs=1, progress=False,
+                        strip_doc_tags=True, lowercase=True, log=said.append)
+    assert not [line for line in said if line.startswith("hint:")]
+    assert "<doc" not in vecs and "The" not in vecs and "the" in vecs
+    vecs = mpidwe.train(corpus_file=text, out=tmp_path / "text8", dim=8, threads=1, epochs=1, progress=False,
+                        normalize="text8", log=None)
+    assert "The" not in vecs and "the" in vecs and "w1" not in vecs and "w" in vecs
+
+
+# -------------------------------------------------------------------- the rest of KeyedVectors
+def test_the_rest_of_keyedvectors_matches_gensim(exported, tmp_path):
+    """n_similarity, vector_size, fill_norms/norms, get_normed_vectors, most_similar_to_given,
+    words_closer_than, save/load and add_vectors, asked of both on the same vectors."""
+    gensim = pytest.importorskip("gensim")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(exported["binary"], binary=True)
+    vecs = mpidwe.load(exported["run"])
+    w = vecs.words
+    assert vecs.vector_size == kv.vector_size == 16
+    for ws1, ws2 in [([w[1], w[2]], [w[3]]), ([w[10], w[20], w[30]], [w[11], w[500]]), ([w[4]], [w[4]])]:
+        assert vecs.n_similarity(ws1, ws2) == pytest.approx(float(kv.n_similarity(ws1, ws2)), abs=1e-6)
+    with pytest.raises(ZeroDivisionError):
+        vecs.n_similarity([], [w[1]])
+    assert vecs.norms is None
+    vecs.fill_norms()
+    kv.fill_norms()
+    np.testing.assert_allclose(vecs.norms, kv.norms, rtol=1e-6)
+    np.testing.assert_allclose(vecs.get_normed_vectors(), kv.get_normed_vectors(), rtol=1e-5, atol=1e-7)
+    for key, keys in [(w[5], [w[6], w[7], w[300], w[8]]), (w[40], [w[41], w[42], w[43]])]:
+        assert vecs.most_similar_to_given(key, keys) == kv.most_similar_to_given(key, keys)
+    assert vecs.words_closer_than(w[3], w[40]) == kv.closer_than(w[3], w[40])
+    # save / load: word2vec binary, read by gensim and by both loaders, exactly
+    vecs.save(tmp_path / "saved.bin")
+    back = mpidwe.WordVectors.load(tmp_path / "saved.bin")
+    assert back.words == vecs.words
+    np.testing.assert_array_equal(back.vectors, vecs.vectors)
+    np.testing.assert_array_equal(mpidwe.load(tmp_path / "saved.bin").vectors, vecs.vectors)
+    np.testing.assert_array_equal(
+        gensim.models.KeyedVectors.load_word2vec_format(str(tmp_path / "saved.bin"), binary=True).vectors,
+        vecs.vectors)
+    # add_vectors: new words appended, known ones kept unless replace, queries see them
+    rng = np.random.default_rng(1)
+    new = rng.normal(size=(3, 16)).astype(np.float32)
+    keys = ["brand-new", w[2], "other-new"]
+    before = vecs.vectors.copy()
+    vecs.add_vectors(keys, new)
+    kv.add_vectors(keys, new)
+    assert vecs.index_to_key == kv.index_to_key and vecs.key_to_index == kv.key_to_index
+    np.testing.assert_array_equal(vecs.vectors, kv.vectors)
+    np.testing.assert_array_equal(vecs[w[2]], before[2])
+    assert vecs.counts[-2:].tolist() == [0, 0] and len(vecs.counts) == len(vecs)
+    assert vecs.most_similar(positive=new[0], topn=1) == [("brand-new", pytest.approx(1.0, abs=1e-6))]
+    vecs.add_vectors(w[2], new[1], replace=True)
+    kv.add_vectors(w[2], new[1], replace=True)
+    np.testing.assert_array_equal(vecs[w[2]], kv[w[2]])
+    assert vecs.similarity(w[2], "brand-new") == pytest.approx(float(kv.similarity(w[2], "brand-new")), abs=1e-6)
+    np.testing.assert_array_equal(mpidwe.load(exported["run"]).vectors, before)      # the checkpoint untouched
+    with pytest.raises(ValueError, match=r"2 words need a \(2, 16\) array"):
+        vecs.add_vectors(["a", "b"], np.ones((3, 16)))
+
+
+def test_an_unknown_capitalised_word_gets_the_lowercase_hint(exported):
+    vecs = mpidwe.load(exported["run"])
+    word = vecs.words[5]
+    assert word == word.lower() and word.capitalize() not in vecs
+    with pytest.raises(KeyError, match=rf"word not in vocabulary: '{word.capitalize()}'.*did you mean '{word}'\?"):
+        vecs[word.capitalize()]
+    with pytest.raises(KeyError) as e:
+        vecs["zzz-no-such"]
+    assert "did you mean" not in str(e.value)

@@ -152,6 +152,23 @@ def test_human_output(planted, capsys):
     assert "3CosAdd  accuracy 100.00%" in out and "covered 3/4" in out
 
 
+def test_vectors_may_come_after_the_options(planted, capsys):
+    """--similarity and --analogy take one or more files: VECTORS after them is still
+    VECTORS (argparse gave it to the list and then said VECTOR was missing)."""
+    _, vec, sim, ana = planted
+    rc, first, _ = run_cli(capsys, vec, "--similarity", sim, "--analogy", ana, "--json")
+    assert rc == 0
+    for argv in (["--similarity", sim, vec], ["--analogy", ana, "--similarity", sim, vec, "--json"],
+                 ["--json", "--similarity", sim, "--analogy", ana, vec]):
+        rc, out, err = run_cli(capsys, *argv)
+        assert rc == 0, (argv, err)
+        if "--json" in argv:
+            assert json.loads(out)["similarity"] == json.loads(first)["similarity"]
+        assert "Spearman 1.0000" in out or '"spearman": 1.0' in out
+    rc, _, err = run_cli(capsys, "--similarity", sim, ana)        # two test files and no vectors: as before
+    assert rc == 2 and "required: VECTOR" in err
+
+
 def test_malformed_test_file_names_file_and_line(planted, capsys):
     tmp, vec, _, _ = planted
     bad = tmp / "bad.tsv"

@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -193,6 +194,45 @@ def test_sigterm_checkpoints_exits_75_and_resume_completes(corpus, tmp_path):
     train(2, corpus, out, "--epochs", "30", "--resume", "auto", timeout=300)
     final = checkpoint.latest_valid(str(out / "checkpoints"))
     assert final.complete and final.progress.words_done == final.progress.words_total
+
+
+def test_ctrl_c_checkpoints_exits_130_and_resume_completes(corpus, tmp_path):
+    """Ctrl-C (SIGINT) checkpoints as SIGTERM does, at the next sync, and exits 130; the
+    next run continues from that checkpoint. (Before, it died without one and the next run
+    was told to continue a run that had nothing to continue.)"""
+    out = tmp_path / "c"
+    cmd = [sys.executable, "-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), *FLAGS,
+           "--epochs", "30"]
+    # a shell that starts the suite in the background ignores SIGINT for its children
+    proc = subprocess.Popen(cmd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _wait_for_metrics(proc, out, timeout=180)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr
+    assert "interrupted: a checkpoint is written at the next sync" in stderr and "stop requested (Ctrl-C)" in stdout
+    ck = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert ck is not None and not ck.complete and ck.progress.round < ck.progress.rounds
+    again = train(1, corpus, out, "--epochs", "30", check=False)
+    assert again.returncode == 2 and "continue it with --resume auto" in error_lines(again.stderr)[0]
+    done = train(1, corpus, out, "--epochs", "30", "--resume", "auto", timeout=300)
+    assert f"resuming from {ck.path}" in done.stdout
+    assert checkpoint.latest_valid(str(out / "checkpoints")).complete
+
+
+def test_a_run_without_a_checkpoint_is_not_offered_a_resume(corpus, tmp_path):
+    """A run dir with metrics but no checkpoint (a run killed before its first one): the
+    next run is not told to continue it, and --resume auto says it starts a new run."""
+    out = tmp_path / "n"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "words": 20000}\n')
+    proc = train(1, corpus, out, check=False)
+    assert proc.returncode == 2
+    line = error_lines(proc.stderr)[0]
+    assert "wrote no checkpoint, so there is nothing to resume" in line and "--resume auto" not in line, line
+    proc = train(1, corpus, out, "--resume", "auto")
+    assert f"--resume auto: no checkpoint in {out / 'checkpoints'}, nothing to resume: a new run starts" in proc.stdout
+    assert checkpoint.latest_valid(str(out / "checkpoints")).complete
 
 
 def test_kill_9_one_rank_ends_job_and_resume_finishes(corpus, tmp_path):

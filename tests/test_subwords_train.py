@@ -151,3 +151,45 @@ def test_evaluate_answers_oov_pairs_with_the_flag(demo, trained, tmp_path):
     proc = run_py(["-m", "mpidwe.evaluate", str(out / "vectors.txt"), "--similarity", str(pairs), "--oov"])
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "no model for words outside the vocabulary" in lines[0]
+
+
+def test_fasttext_export_loads_in_gensim_and_fasttext_and_answers_unseen_words_alike(demo, trained, tmp_path):
+    """inspect export --format fasttext-bin: gensim's load_facebook_vectors/_model and fastText's
+    load_model read the file, and give the vocabulary's vectors and an unseen word's vector
+    as mpidwe does (the same hash, n-grams and rows)."""
+    from gensim.models.fasttext import load_facebook_model, load_facebook_vectors
+
+    out, _ = trained
+    path = tmp_path / "model.bin"
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "export", "--format", "fasttext-bin", "-o", str(path)])
+    assert proc.returncode == 0 and "wrote" in proc.stdout, proc.stderr
+    vecs = mpidwe.load(str(out))
+    unseen = [misspelt(vecs, clusters(demo), n=1)[0][0], "zzqx-never-seen", "日本語"]
+    assert not any(w in vecs for w in unseen)
+    vecs.save_fasttext(tmp_path / "api.bin")                  # the Python call writes the same bytes
+    assert (tmp_path / "api.bin").read_bytes() == path.read_bytes()
+    kv = load_facebook_vectors(str(path))
+    assert kv.index_to_key == vecs.words and (kv.min_n, kv.max_n, kv.bucket) == (3, 6, BUCKETS)
+    np.testing.assert_allclose(kv.vectors, vecs.vectors, atol=1e-6)
+    for word in unseen:
+        ours, theirs = vecs[word], kv[word]
+        assert float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs)) > 0.99999, word
+        np.testing.assert_allclose(theirs, ours, atol=1e-6)
+    model = load_facebook_model(str(path))
+    assert (model.sg, model.hs, model.negative, model.vector_size) == (1, 0, 5, 32)
+    np.testing.assert_array_equal(model.syn1neg, checkpoint.latest_valid(str(out / "checkpoints")).w_out)
+    fasttext = pytest.importorskip("fasttext")      # in the test extras (fasttext-wheel)
+    ft = fasttext.load_model(str(path))
+    assert ft.get_words(on_unicode_error="replace")[:5] == vecs.words[:5]
+    for word in unseen + vecs.words[:3]:
+        np.testing.assert_allclose(ft.get_word_vector(word), vecs[word], atol=1e-6)
+    # refused with one line: vectors without subword rows, and another matrix
+    plain = tmp_path / "plain.txt"
+    vecs.save_word2vec_format(str(plain))
+    proc = run_py(["-m", "mpidwe.inspect", str(plain), "export", "--format", "fasttext-bin", "-o",
+                   str(tmp_path / "no.bin")])
+    assert proc.returncode == 2 and "needs a run directory or checkpoint trained with --subwords" in proc.stderr
+    assert not (tmp_path / "no.bin").exists()
+    proc = run_py(["-m", "mpidwe.inspect", str(out), "export", "--format", "fasttext-bin", "--matrix", "sum",
+                   "-o", str(tmp_path / "no.bin")])
+    assert proc.returncode == 2 and "drop --matrix" in proc.stderr

@@ -137,6 +137,7 @@ def test_code_runs_on_python_3_10():
     (["--cbow", "1"], "--model cbow"),
     (["--workers", "4"], "--threads"),
     (["--alpha", "0.05"], "--lr"),
+    (["--min_n", "2", "--bucket", "100"], "--min_n: use --minn"),       # gensim's FastText names
     (["--sync_every", "5000"], "did you mean --sync-every?"),
     (["--sync-evry", "5000"], "did you mean --sync-every?"),
 ])
@@ -231,7 +232,6 @@ def test_batch_log_gets_timestamped_lines_and_metrics_get_wall_time(corpus, tmp_
     assert lines and all(LINE.match(ln) for ln in lines), proc.stderr
     assert all("slowest rank" in ln for ln in lines)
     assert "\r" not in proc.stderr          # no progress bar in a log file
-    assert "the first round compiles the training kernel unless numba has it cached" in proc.stdout
     records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     now = time.time()
     assert all(now - 600 < r["time"] <= now for r in records)
@@ -371,3 +371,48 @@ def test_kill_9_of_one_preprocess_rank_names_it(tmp_path):
     (tmp_path / "t.txt").write_text("a b c\n" * 100)
     run_mpi(2, ["-m", "mpidwe.preprocess", str(tmp_path / "t.txt"), "--output", str(out), "--min-count", "1"])
     assert out.exists() and not (tmp_path / ".c.h5.rank-died").exists()
+
+
+def test_a_corpus_too_small_for_its_ranks_or_a_one_word_vocabulary_warns(tmp_path):
+    """17 words over several ranks, or a vocabulary of one word, trained silently and exited
+    0; now a warning says why the vectors will be worthless."""
+    from mpidwe.train.plan import size_warnings
+
+    assert size_warnings(3_000_000, 50_000, 4) == [] and size_warnings(17, 11, 1) == []
+    (tmp_path / "t.txt").write_text("the cat sat on the mat and the dog sat on the log with a cat too\n")
+    (tmp_path / "one.txt").write_text("a a a a a a a a a a\n")
+    for name in ("t", "one"):
+        run_py(["-m", "mpidwe.preprocess", str(tmp_path / f"{name}.txt"), "--min-count", "1", "--output",
+                str(tmp_path / f"{name}.h5")])
+    flags = ["--dim", "8", "--threads", "1", "--no-progress", "--epochs", "1"]
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--corpus", str(tmp_path / "t.h5"), "--out", str(tmp_path / "r2"),
+                       *flags])
+    assert ("warning: 17 corpus words over 2 ranks (8 per rank): too few for several ranks to help"
+            in proc.stdout), proc.stdout
+    assert proc.stdout.count("warning:") == 1
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(tmp_path / "one.h5"), "--out", str(tmp_path / "r1"),
+                   *flags])
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: the vocabulary holds 1 word(s): every training pair is that word with itself" in proc.stdout
+
+
+def test_the_compile_message_comes_only_when_numba_will_compile(tmp_path):
+    """"The first round compiles the training kernel" is said when numba's cache (a fresh
+    one here) lacks the kernel for this mode and --dim, and not once it holds it."""
+    (tmp_path / "t.txt").write_text("the cat sat on the mat and the dog sat on the log\n" * 50)
+    corpus = tmp_path / "c.h5"
+    env = dict(mpi_env(), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+
+    def said(out, *extra):
+        proc = subprocess.run([sys.executable, "-m", "mpidwe.train", "--corpus", str(corpus), "--out",
+                               str(tmp_path / out), "--dim", "9", "--threads", "1", "--epochs", "1",
+                               "--no-progress", "--no-export", *extra], capture_output=True, text=True, env=env,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return "the first round compiles the training kernel" in proc.stdout
+
+    run_py(["-m", "mpidwe.preprocess", str(tmp_path / "t.txt"), "--min-count", "1", "--output", str(corpus)])
+    assert said("first")                                   # an empty cache: it compiles, and says so
+    assert not said("again")                               # cached now: not a word about compiling
+    assert said("subwords", "--subwords", "--buckets", "100")   # another kernel (subword inputs): compiles
+    assert not said("subwords-again", "--subwords", "--buckets", "100")

@@ -9,6 +9,7 @@ EXIT_FAILURE = 1      # unexpected error (a bug, or the machine)
 EXIT_USAGE = 2        # bad option or bad input: fix the command line or the file
 EXIT_DIVERGED = 3     # loss or parameters became NaN/inf; the last checkpoint is kept
 EXIT_REQUEUE = 75     # checkpoint written on SIGTERM/SIGUSR1: requeue the job (EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): the shell's status for it, after the checkpoint it writes
 
 
 class MpidweError(Exception):

@@ -188,14 +188,26 @@ FOREIGN_OPTIONS = {
         "output": "--out (the run directory; vectors.txt is written there)",
         "binary": "python -m mpidwe.inspect RUN_DIR export --format word2vec-binary -o FILE after training",
         "hs": "--loss hs (hierarchical softmax; --loss ns is negative sampling)",
+        "min_n": "--minn", "max_n": "--maxn", "bucket": "--buckets",
     },
     "preprocess": {
-        "min_count": "--min-count", "mincount": "--min-count", "max_vocab_size": "--max-vocab",
+        "min_count": "--min-count", "mincount": "--min-count",
+        "max_vocab_size": "--max-vocab (the final vocabulary's size; gensim's max_vocab_size bounds memory while counting)",
         "max_final_vocab": "--max-vocab", "train": "INPUT (a positional argument)",
         "input": "INPUT (a positional argument)", "output": "--output", "max_sentence_length":
         "--sentence-length", "lower": "--lowercase",
     },
 }
+
+
+def foreign_field(command: str, name: str) -> str | None:
+    """The field a foreign option ``name`` stands for when the meaning is the same (its entry in
+    FOREIGN_OPTIONS is one flag: ``vector_size`` -> ``dim``), else None: the Python call
+    translates these and refuses the others with the entry's hint."""
+    hint = FOREIGN_OPTIONS.get(command, {}).get(name.lower())
+    if hint and re.fullmatch(r"--[a-z][a-z0-9-]*", hint):
+        return hint[2:].replace("-", "_")
+    return None
 
 
 class _Parser(argparse.ArgumentParser):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..parallel.comm import Comm, run_main
 from ..core.config import parse_command, to_dict
-from ..core.errors import InputError
+from ..core.errors import ConfigError, InputError
 from ..core.prog import prog
 from .analogy import evaluate_analogies, read_analogies
 from .config import EvaluateConfig
@@ -200,11 +200,56 @@ def format_report(results: dict) -> str:
     return "\n".join(lines)
 
 
+LIST_FLAGS = ("--similarity", "--analogy")
+
+
+def vectors_moved_first(argv: list[str]) -> list[str] | None:
+    """``--similarity ws.tsv VECTORS``: --similarity takes one or more files, so argparse gives
+    it VECTORS too and then misses VECTORS. The last value of the last such list, when it is
+    vectors (a folder, an HDF5 file, or a file whose first line is word2vec's ``count dim``)
+    and the list keeps a file, moved to the front; None where there is none."""
+    from ..api import kind_of
+    from ..io.formats import HDF5_SIGNATURE
+
+    def vectors(path: str) -> bool:
+        try:
+            if kind_of(path) != "checkpoint":
+                return True
+            with open(path, "rb") as fh:
+                return fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+        except (InputError, OSError):
+            return False
+
+    last = None
+    for i, a in enumerate(argv):
+        if a in LIST_FLAGS:
+            last = i
+    if last is None:
+        return None
+    end = last + 1
+    while end < len(argv) and not argv[end].startswith("-"):
+        end += 1
+    if end - last < 3 or not vectors(argv[end - 1]):
+        return None
+    return [argv[end - 1], *argv[:end - 1], *argv[end:]]
+
+
+def parse(argv) -> EvaluateConfig:
+    """The command line; VECTORS may come after a list of files (vectors_moved_first)."""
+    description = ("Score word vectors (word2vec text or binary) on word similarity, analogies and the PIP "
+                   "loss against an SPPMI reference.")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return parse_command(EvaluateConfig, argv, prog=PROG, description=description)
+    except ConfigError as e:
+        moved = vectors_moved_first(argv) if "required: VECTOR" in str(e) else None
+        if moved is None:
+            raise
+        return parse_command(EvaluateConfig, moved, prog=PROG, description=description)
+
+
 def _body(argv, comm: Comm) -> int:
-    cfg = comm.agree(parse_command, EvaluateConfig, argv, prog=PROG,
-                     description="Score word vectors (word2vec text or binary) on word similarity, "
-                                 "analogies and the PIP loss against an SPPMI reference. Give VECTOR "
-                                 "first: --similarity and --analogy take one or more files.")
+    cfg = comm.agree(parse, argv)
 
     def note(msg):
         print(msg, file=sys.stderr, flush=True)

@@ -65,6 +65,7 @@ class WordVectors:
         self.oov = oov
         self._index: dict[str, int] | None = None
         self._unit: np.ndarray | None = None
+        self.norms: np.ndarray | None = None     # each row's length, after fill_norms (gensim's)
 
     # ---------------------------------------------------------------- lookups
     @property
@@ -77,6 +78,20 @@ class WordVectors:
     @property
     def dim(self) -> int:
         return int(self.vectors.shape[1])
+
+    @property
+    def vector_size(self) -> int:
+        """The vector dimension (gensim's name for :attr:`dim`)."""
+        return self.dim
+
+    def fill_norms(self, force: bool = False) -> None:
+        """Set :attr:`norms`, each row's length, unless set already (``force``: again), as gensim."""
+        if self.norms is None or force:
+            self.norms = np.linalg.norm(self.vectors, axis=1)
+
+    def get_normed_vectors(self) -> np.ndarray:
+        """A copy of the rows scaled to unit length (gensim's; a zero row stays zero here)."""
+        return self.unit.copy()
 
     @property
     def unit(self) -> np.ndarray:
@@ -149,7 +164,14 @@ class WordVectors:
         except (KeyError, TypeError):
             hint = "" if self.oov is not None else "; these vectors have no model for words outside the vocabulary"
             raise KeyError(f"word not in vocabulary: {word!r} ({len(self):,} words in "
-                           f"{self.path or 'these vectors'}{hint})") from None
+                           f"{self.path or 'these vectors'}{hint}){self.case_hint([word])}") from None
+
+    def case_hint(self, words) -> str:
+        """``; did you mean 'king'?`` for the words outside the vocabulary whose lowercase form
+        is in it (the hint python -m mpidwe.inspect gives), else an empty string."""
+        known = [w.lower() for w in words if isinstance(w, str) and w not in self and w.lower() != w
+                 and w.lower() in self]
+        return f"; did you mean {', '.join(map(repr, known))}? (the vocabulary is lowercase)" if known else ""
 
     def __repr__(self) -> str:
         src = f", from {self.path!r}" if self.path else ""
@@ -286,6 +308,29 @@ class WordVectors:
         """The rank of ``key2`` among the neighbours of ``key1`` (1: the nearest; gensim's ``rank``)."""
         return len(self.closer_than(key1, key2)) + 1
 
+    def words_closer_than(self, word1, word2) -> list[str]:
+        """gensim 3's name of :meth:`closer_than`."""
+        return self.closer_than(word1, word2)
+
+    def n_similarity(self, ws1, ws2) -> float:
+        """Cosine of the means of two sets of words' vectors (gensim's ``n_similarity``: the raw
+        vectors averaged, then compared). An unknown word is a KeyError here (gensim leaves it
+        out); an empty set is a ZeroDivisionError, as gensim."""
+        ws1, ws2 = list(ws1), list(ws2)
+        if not (ws1 and ws2):
+            raise ZeroDivisionError("n_similarity: at least one of the lists of words is empty")
+        means = [np.mean([self.vector(w) if isinstance(w, str) else self.vectors[self.get_index(w)] for w in ws],
+                         axis=0) for ws in (ws1, ws2)]
+        a, b = (m / max(float(np.linalg.norm(m)), 1e-12) for m in means)
+        return float(a @ b)
+
+    def most_similar_to_given(self, key1, keys_list):
+        """The word of ``keys_list`` most similar to ``key1`` (gensim's; the first on a tie)."""
+        keys_list = list(keys_list)
+        if not keys_list:
+            raise ValueError("most_similar_to_given: keys_list is empty")
+        return keys_list[int(np.argmax([self.similarity(key1, k) for k in keys_list]))]
+
     def doesnt_match(self, words) -> str:
         """The word furthest from the mean of the others' unit vectors (gensim's
         ``doesnt_match``); words without a vector are left out with a warning, as gensim does."""
@@ -351,6 +396,61 @@ class WordVectors:
         from ..io.vectors import write_word2vec
 
         write_word2vec(path, self.words, self.vectors, binary=binary)
+
+    def save(self, path) -> None:
+        """Write the words and vectors as word2vec binary (exact float32, atomically);
+        :meth:`load`, :func:`mpidwe.load` and gensim's ``load_word2vec_format(path,
+        binary=True)`` read it. Counts and the OOV model are not kept (a checkpoint keeps them)."""
+        self.save_word2vec_format(os.fspath(path), binary=True)
+
+    def save_fasttext(self, path) -> None:
+        """Write fastText's model file (.bin) of a ``--subwords`` checkpoint's vectors (the input
+        matrix): fastText's ``load_model`` and gensim's ``load_facebook_model`` /
+        ``load_facebook_vectors`` read it and answer unseen words as :attr:`oov` does
+        (io/fasttext.py). Vectors without such a checkpoint are refused (InputError)."""
+        from ..io.fasttext import write_checkpoint
+
+        write_checkpoint(os.fspath(path), self.checkpoint, source=self.path or "these vectors", matrix=self.matrix)
+
+    @classmethod
+    def load(cls, path) -> "WordVectors":
+        """Words and vectors from a word2vec text or binary file (:meth:`save`'s); a checkpoint
+        or a run directory: :func:`mpidwe.load`."""
+        from ..io.vectors import read_word2vec
+
+        path = os.fspath(path)
+        words, vectors = read_word2vec(path)
+        return cls(words, vectors, path=path)
+
+    def add_vectors(self, keys, weights, extras=None, replace: bool = False) -> None:
+        """Add words and their vectors, as gensim's ``add_vectors``: a word and one vector, or
+        lists of both; a word already present keeps its vector unless ``replace``. ``extras``:
+        ``{"count": [...]}``, the new words' counts (0 without it, where counts are kept)."""
+        if isinstance(keys, str):
+            keys, weights = [keys], np.reshape(weights, (1, -1))
+        keys, weights = list(keys), np.asarray(weights, dtype=np.float32)
+        if weights.shape != (len(keys), self.dim):
+            raise ValueError(f"add_vectors: {len(keys)} words need a ({len(keys)}, {self.dim}) array, got "
+                             f"shape {weights.shape}")
+        extras = dict(extras or {})
+        counts = np.asarray(extras.pop("count", np.zeros(len(keys))), dtype=np.int64)
+        if extras or counts.shape != (len(keys),):
+            raise ValueError(f"add_vectors: extras takes one count per word, got {sorted(extras) or counts.shape}")
+        new, old = {}, {}                            # word -> its position in keys (the last one given)
+        for j, key in enumerate(keys):
+            if not isinstance(key, str) or not key:
+                raise TypeError(f"add_vectors: a word is a non-empty str, got {key!r}")
+            (old if key in self.index else new)[key] = j
+        rows = list(new.values())
+        self.vectors = np.vstack([self.vectors, weights[rows]])     # a new array: a checkpoint's stays as it is
+        if replace:
+            self.vectors[[self.index[k] for k in old]] = weights[list(old.values())]
+        for key in new:
+            self.index[key] = len(self.words)
+            self.words.append(key)
+        if self.counts is not None:
+            self.counts = np.concatenate([self.counts, counts[rows]])
+        self._unit = self.norms = None
 
     def to_gensim(self):
         """A ``gensim.models.KeyedVectors`` with the same words, vectors (copied) and, where

@@ -136,6 +136,23 @@ def binary_reason(path: str, sample: int = BINARY_SAMPLE) -> str | None:
     return None
 
 
+def markup_signs(path: str, sample: int = BINARY_SAMPLE) -> list[str]:
+    """What in the first ``sample`` bytes of a text says it wants normalising before training:
+    ``doc tags`` (WikiExtractor's ``<doc ...>`` lines) and ``mixed case`` (a word seen both
+    capitalised and in lowercase, as ``The`` and ``the``, which would be two words); [] for
+    neither, or where the file cannot be read."""
+    try:
+        with open_source(path, detect_compression(path)) as fh:
+            data = fh.read(sample)
+    except READ_ERRORS:
+        return []
+    signs = ["doc tags"] if any(is_doc_tag(line) for line in data.splitlines()[:1000]) else []
+    words = set(data.decode("utf-8", errors="replace").split())
+    if any(w != w.lower() and w.lower() in words for w in words):
+        signs.append("mixed case")
+    return signs
+
+
 def read_or_fail(fh: BinaryIO, n: int, path: str) -> bytes:
     """``fh.read(n)``; a corrupt or truncated compressed stream is an InputError naming ``path``."""
     try:

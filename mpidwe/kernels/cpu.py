@@ -98,3 +98,30 @@ def run_threads(chunk, threads):
     if errors:
         raise errors[0]
     return results
+
+
+def kernel_ready(args, dim: int) -> bool:
+    """Whether the first block of a run with ``args`` and ``dim`` starts without compiling:
+    its chunk function is compiled in this process already, or numba's disk cache holds it
+    for this mode, ``dim``, subwords or not, this CPU and these sources (the index entry
+    numba's ``Dispatcher.compile`` would load). False where the cache cannot be read (a
+    numba that renamed its internals): then the run says it may compile."""
+    mode, subwords = mode_of(args), args.subwords is not None
+    if any(k[:3] == (mode, dim, not subwords) for k in _COMPILED):
+        return True
+    dispatcher = TRAIN_CHUNK[mode]
+    try:
+        cache = dispatcher._cache
+        _, magic, code = cache._index_key((), dispatcher.targetctx.codegen())
+        index = cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001 - numba's private API: anything unexpected means "unknown"
+        return False
+    for key in index:
+        try:
+            sig, key_magic, key_code = key
+            if (key_magic, key_code) == (magic, code) and sig[0] == types.IntegerLiteral(dim) \
+                    and isinstance(sig[5], types.NoneType) != subwords:
+                return True
+        except (TypeError, ValueError, IndexError):
+            continue
+    return False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.config import TrainConfig, parse_command
-from ..core.errors import EXIT_REQUEUE
+from ..core.errors import EXIT_INTERRUPTED, EXIT_REQUEUE
 from ..parallel.comm import Comm, run_main
 from .progress import setup_cli_logging
 from .rundir import PROG
@@ -19,7 +19,9 @@ def _body(argv, comm: Comm, stop: StopRequest) -> int:
 
         return run_follow(cfg, comm, stop)
     result = run(cfg, comm, stop=stop, given=given)
-    return EXIT_REQUEUE if result.stopped else 0
+    if not result.stopped:
+        return 0
+    return EXIT_INTERRUPTED if stop.interrupted else EXIT_REQUEUE
 
 
 def main(argv=None, *, as_command: bool = False) -> int:

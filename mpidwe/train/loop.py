@@ -335,11 +335,16 @@ class Trainer:
 
     # ---------------------------------------------------------------- log, checkpoint, end
     def say_compiling(self, rounds_left: int) -> None:
-        """Rank 0: why the first round may be slow (numba compiles the kernel for this mode
-        and --dim on its first use on a machine, then loads it from its disk cache)."""
-        if self.log and rounds_left > 0 and self.plan.kernel == "numba":
-            self.log("the first round compiles the training kernel unless numba has it cached (once per "
-                     "machine, mode and --dim: up to a minute); the progress rate and ETA leave that round out")
+        """Rank 0: why the first round will be slow, when it will: numba compiles the kernel
+        for this mode and --dim on its first use on a machine, then loads it from its disk
+        cache (kernels/cpu.py kernel_ready looks there first)."""
+        if not (self.log and rounds_left > 0 and self.plan.kernel == "numba"):
+            return
+        from ..kernels.cpu import kernel_ready
+
+        if not kernel_ready(self.args, self.cfg.dim):
+            self.log("the first round compiles the training kernel, which numba has not cached for this mode and "
+                     "--dim (once per machine: up to a minute); the progress rate and ETA leave that round out")
 
     def after_first_round(self, ticker: ProgressLog | None, run_loss: np.ndarray) -> None:
         """Every rank: the progress line measures from the end of the first round (a gather,
@@ -466,7 +471,8 @@ class Trainer:
         cfg, log, comm = self.cfg, self.log, self.comm
         if log:
             if stopped:
-                log(f"stop requested (SIGTERM/SIGUSR1): wrote {ckpt_path}; resume with --resume auto")
+                why = "Ctrl-C" if getattr(self.stop, "interrupted", False) else "SIGTERM/SIGUSR1"   # a stand-in may lack it
+                log(f"stop requested ({why}): wrote {ckpt_path}; resume with --resume auto")
             else:
                 log(f"trained {words:,} words in {seconds:.1f} s ({words / max(seconds, 1e-9):,.0f} words/s, "
                     f"{comm.size} rank(s) x {self.plan.threads} thread(s), sync {cfg.sync}, lr x "

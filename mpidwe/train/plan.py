@@ -346,6 +346,23 @@ class Plan:
         return self.resolved["local_lr"]
 
 
+MIN_WORDS_PER_RANK = 1_000     # below this, a rank's share is a few sentences: more ranks only add syncs
+
+
+def size_warnings(n_tokens: int, n_words: int, ranks: int) -> list[str]:
+    """Lines for a run too small to learn anything: a vocabulary of one word (every pair is
+    that word with itself), or fewer than MIN_WORDS_PER_RANK corpus words per rank."""
+    out = []
+    if n_words < 2:
+        out.append(f"warning: the vocabulary holds {n_words} word(s): every training pair is that word with "
+                   f"itself, so the vectors learn nothing (preprocess more text, or with a lower --min-count)")
+    if ranks > 1 and n_tokens < MIN_WORDS_PER_RANK * ranks:
+        out.append(f"warning: {n_tokens:,} corpus words over {ranks} ranks ({n_tokens // ranks:,} per rank): too "
+                   f"few for several ranks to help, and a rank may get none; train on 1 rank (mpiexec -n 1), "
+                   f"or on a larger corpus")
+    return out
+
+
 def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | None = None) -> Plan:
     """``compute``: the run's device and kernel when already chosen (before the corpus opens)."""
     compute = choose_compute(cfg, comm) if compute is None else compute

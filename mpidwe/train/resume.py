@@ -176,6 +176,8 @@ def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, lo
                              f"can be read (damaged or unreadable); nothing was deleted; start over "
                              f"with --force, or resume from a copy with --resume PATH")
         if ck is None:
+            if log:
+                log(f"--resume auto: no checkpoint in {ckpt_dir}, nothing to resume: a new run starts")
             return None
     else:
         if os.path.realpath(cfg.resume) == os.path.realpath(corpus.path):

@@ -79,6 +79,9 @@ def _check_run_dir(cfg: TrainConfig, resuming: bool) -> None:
     found no checkpoint). Checked, like everything else, before anything is written."""
     if resuming or not _old_run(cfg) or cfg.force or cfg.resume == "auto":
         return
+    if not checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints")):
+        raise InputError(f"{cfg.out} holds the metrics of a run that wrote no checkpoint, so there is nothing "
+                         f"to resume; start over with --force, or choose another --out")
     raise InputError(f"{cfg.out} already holds a run; continue it with --resume auto, start over "
                      f"with --force, or choose another --out")
 

@@ -15,7 +15,7 @@ from ..parallel.comm import Comm
 from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
-from .plan import Compute, Plan, choose_compute, make_plan
+from .plan import Compute, Plan, choose_compute, make_plan, size_warnings
 from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
 from .warm import warm_start
@@ -44,13 +44,16 @@ def ensure_demo_corpus(comm: Comm, directory: str = DEMO_DIR) -> str:
 
 
 class StopRequest:
-    """SIGTERM / SIGUSR1 (Slurm's time-limit and preemption warnings) set a flag; the
-    trainer checkpoints at the next sync point and exits with EXIT_REQUEUE."""
+    """SIGTERM / SIGUSR1 (Slurm's time-limit and preemption warnings) and a first Ctrl-C
+    (SIGINT) set a flag; the trainer checkpoints at the next sync point and exits (75 for
+    requeue after SIGTERM/SIGUSR1, 130 after Ctrl-C). A second Ctrl-C stops at once, without
+    a checkpoint (KeyboardInterrupt). SIGINT is left alone where it was ignored (nohup)."""
 
-    SIGNALS = ("SIGTERM", "SIGUSR1")
+    SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
     def __init__(self):
         self.requested = False
+        self.interrupted = False       # the request came from Ctrl-C (SIGINT)
         self._old = {}
 
     def __enter__(self):
@@ -60,10 +63,23 @@ class StopRequest:
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 sig = getattr(signal, name)
+                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
+        import signal
+
+        from ..parallel.comm import launcher_rank
+
+        if signum == signal.SIGINT:
+            if self.interrupted:
+                raise KeyboardInterrupt
+            self.interrupted = True
+            if launcher_rank() == 0:     # os.write: the handler may interrupt a write to sys.stderr
+                os.write(2, b"interrupted: a checkpoint is written at the next sync, then the run stops "
+                            b"(Ctrl-C again stops at once, without one)\n")
         self.requested = True
 
     def ignore_from_now(self) -> None:
@@ -148,6 +164,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         if log and plan.binding:
             log(plan.binding)
+        for line in size_warnings(corpus.n_tokens, corpus.n_words, comm.size) if log else ():
+            log(line)
         comm.barrier()    # the old marker is gone before any watcher starts
         deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
         return trainer.run()
