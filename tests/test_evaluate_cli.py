@@ -305,3 +305,20 @@ def test_test_files_not_utf8_are_one_line_errors(planted, capsys):
     assert rc == 2 and out == ""
     (line,) = err.splitlines()
     assert f"{binary}:" in line and "not UTF-8 text" in line and "analogy" in line
+
+
+def test_a_checkpoint_file_is_evaluated(tmp_path, capsys):
+    """A sealed checkpoint file (the magic of HDF5 after the seal's user block), as
+    inspect, load and a run directory take it."""
+    from mpidwe.io import checkpoint
+    from test_checkpoint import make
+
+    ck = make(v=12, d=5)
+    path = checkpoint.save(str(tmp_path), ck)
+    words, vectors = load_vectors(path)
+    assert words == ck.words and np.array_equal(vectors, ck.w_in)
+    sim = tmp_path / "sim.tsv"
+    sim.write_text("w1\tw2\t3\nw3\tw4\t2\nw5\tw6\t1\n")
+    rc, out, err = run_cli(capsys, path, "--similarity", str(sim))
+    assert rc == 0, err
+    assert "unknown vectors file" not in err

@@ -28,6 +28,7 @@ import re
 import numpy as np
 
 from ..core.errors import InputError
+from .formats import SEAL_MAGIC
 from .fsutil import atomic_write
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -276,7 +277,7 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
             first = fh.read(MAX_HEADER)
     except OSError as e:
         raise InputError(f"cannot read vectors file {path}: {e.strerror}") from None
-    if first.startswith(HDF5_MAGIC):
+    if first.startswith((HDF5_MAGIC, SEAL_MAGIC.encode())):   # mpidwe's files start with their seal
         from .checkpoint import load
 
         ck = load(path)  # refuses a corpus or any other HDF5 file with a clear message
