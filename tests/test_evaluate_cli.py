@@ -322,3 +322,27 @@ def test_a_checkpoint_file_is_evaluated(tmp_path, capsys):
     rc, out, err = run_cli(capsys, path, "--similarity", str(sim))
     assert rc == 0, err
     assert "unknown vectors file" not in err
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_duplicate_word_keeps_its_first_vector_with_a_warning(tmp_path, capsys, binary):
+    """As gensim reads such files: the first vector of a word given twice, one warning line
+    (before, both rows were kept and a word's nearest neighbour was itself)."""
+    import mpidwe
+
+    vecs = random_vectors(n=6, d=4)
+    words = ["a", "b", "c", "b", "d", "a"]
+    path = tmp_path / "dup.vec"
+    write_word2vec(str(path), words, vecs, binary=binary)
+    said = []
+    got_words, got = load_vectors(str(path), said.append)
+    assert got_words == ["a", "b", "c", "d"]
+    assert np.array_equal(got, vecs[[0, 1, 2, 4]])
+    assert len(said) == 1 and "2 duplicate word(s)" in said[0] and "'b', entries 2 and 4" in said[0]
+    wv = mpidwe.load(str(path), warn=said.append)
+    assert wv.words == ["a", "b", "c", "d"] and len(said) == 2
+    assert wv.most_similar("b", topn=3)[0][0] != "b"
+    sim = tmp_path / "sim.tsv"
+    sim.write_text("a\tb\t3\nb\tc\t2\nc\td\t1\n")
+    rc, out, err = run_cli(capsys, str(path), "--similarity", str(sim))
+    assert rc == 0 and err.count("duplicate word(s)") == 1, err
