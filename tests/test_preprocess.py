@@ -169,7 +169,9 @@ def test_stdin_input(tmp_path):
 
 def test_invalid_utf8_and_binary_bytes_are_replaced_and_counted(tmp_path):
     src = tmp_path / "bad.txt"
-    src.write_bytes(b"good \xff\xfe word\x00nul good\n" * 3 + bytes(range(256)))
+    # text with some invalid UTF-8 and control bytes (a NUL, or a fifth of it invalid, is no text: see
+    # test_a_binary_input_is_refused)
+    src.write_bytes(b"good \xff\xfe word\x01nul good\n" * 60 + bytes(range(1, 256)))
     out = tmp_path / "c.h5"
     proc = run_py(["-m", "mpidwe.preprocess", str(src), "--output", str(out), "--min-count", "1"])
     assert proc.returncode == 0, proc.stderr
@@ -177,6 +179,54 @@ def test_invalid_utf8_and_binary_bytes_are_replaced_and_counted(tmp_path):
     assert attrs["invalid_utf8_sequences"] >= 6
     with Corpus(str(out)) as c:
         assert "good" in c.words and "nul" in c.words and "\ufffd\ufffd" in c.words
+
+
+def test_a_binary_input_is_refused(tmp_path):
+    """A file that is not text among text inputs (NUL bytes, or mostly invalid UTF-8), named,
+    in a folder or on standard input, is refused in one line, by the rule (io.text.binary_reason)
+    with which train --follow rejects it; nothing is written, no temporary file is left."""
+    from mpidwe.io.text import binary_reason
+
+    (tmp_path / "in").mkdir()
+    text = tmp_path / "in" / "a.txt"
+    text.write_bytes(b"a b c a b a\n" * 50)
+    binary = tmp_path / "in" / "b.bin"
+    binary.write_bytes(bytes(range(256)) * 12)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 \xe0 l\xe0 \xe9t\xe9 \xfc\xdf\n".encode("latin-1") * 40)
+    out = tmp_path / "c.h5"
+    for inputs, why in [((str(text), str(binary)), binary_reason(str(binary))),
+                        ((str(tmp_path / "in"),), "NUL bytes"), ((str(latin1), str(text)), "invalid UTF-8")]:
+        with pytest.raises(InputError, match="is not text: ") as e:
+            run(PreprocessConfig(inputs=inputs, output=str(out), min_count=1), Comm.serial(), log=None)
+        assert why in str(e.value)
+    proc = run_py(["-m", "mpidwe.preprocess", "-", "--output", str(out), "--min-count", "1"],
+                  input=binary.read_bytes().decode("latin-1"))
+    assert "input standard input is not text: it holds NUL bytes" in one_error(proc) and proc.returncode == 2
+    assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+def test_an_input_named_twice_is_refused(tmp_path):
+    """The same file named twice (another spelling, a symlink) would count its text twice: it
+    is refused in one line, before anything is written, with --append as without."""
+    src = tmp_path / "a.txt"
+    src.write_bytes(b"a b c a b a\n" * 50)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "link.txt").symlink_to(src)
+    out = tmp_path / "c.h5"
+    for other in (str(src), str(tmp_path / "x" / ".." / "a.txt"), str(tmp_path / "link.txt")):
+        with pytest.raises(InputError, match=r"input .* is named twice \(also as .*a\.txt\)"):
+            run(PreprocessConfig(inputs=(str(src), other), output=str(out), min_count=1), Comm.serial(), log=None)
+    assert not out.exists()
+    other = tmp_path / "b.txt"
+    other.write_bytes(b"d e f\n" * 50)
+    run(PreprocessConfig(inputs=(str(other),), output=str(out), min_count=1), Comm.serial(), log=None)
+    with pytest.raises(InputError, match="named twice"):
+        run(PreprocessConfig(inputs=(str(src), str(tmp_path / "x" / ".." / "a.txt")), append=str(out),
+                             output=str(out)), Comm.serial(), log=None)
+    with Corpus(str(out)) as c:
+        assert len(c.segments) == 1
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
 
 
 def one_error(proc):
@@ -590,7 +640,7 @@ def test_unicode_whitespace_splits_words_in_text_and_binary_input(tmp_path):
     also where they appear among binary bytes; no stored word holds whitespace."""
     src = tmp_path / "in.txt"
     src.write_bytes(_u15_text(3000, 1, ascii_every=17)
-                    + b"\x00\xff\xe3\x80\x80bin\xc2\xa0ary\xc2\x85zz\xe3\x80\n" + bytes(range(256)) * 3)
+                    + b"\x01\xff\xe3\x80\x80bin\xc2\xa0ary\xc2\x85zz\xe3\x80\n" + bytes(range(1, 256)) * 3)
     out = tmp_path / "c.h5"
     proc = run_py(["-m", "mpidwe.preprocess", str(src), "--output", str(out), "--min-count", "1", "--lowercase"])
     assert proc.returncode == 0, proc.stderr
