@@ -108,6 +108,7 @@ class PreprocessConfig:
 
 
 MAX_NEGATIVE = 1000
+MAX_THREADS_PER_CPU = 4      # --threads beyond this multiple of the node's CPUs is refused
 MIN_SYNC_EVERY = 500
 
 
@@ -351,6 +352,11 @@ class TrainConfig:
                f"--guard-loss-ratio must be 0 (off) or > 1, got {self.guard_loss_ratio}")
         _check(0 < self.min_lr_ratio <= 1, f"--min-lr-ratio must be in (0, 1], got {self.min_lr_ratio}")
         _positive("threads", self.threads, allow_zero=True)
+        # far more threads than CPUs only time-slice (and a stop waits for every one of them)
+        cpus = os.cpu_count() or 1
+        _check(self.threads <= MAX_THREADS_PER_CPU * cpus, f"--threads must be <= {MAX_THREADS_PER_CPU * cpus} "
+               f"({MAX_THREADS_PER_CPU} x the {cpus} CPUs of this node), got {self.threads}; 0 (the default) "
+               f"divides the node's cores among its ranks")
         _check(self.dim <= 4096, f"--dim must be <= 4096, got {self.dim}")
         # each example updates 1 + negative output rows; word2vec advises 2-20, and far beyond
         # a few hundred training crawls for minutes and then diverges
