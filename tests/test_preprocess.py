@@ -14,7 +14,7 @@ from mpidwe.core.errors import InputError
 from mpidwe.io.formats import reseal
 from mpidwe.preprocess import run
 
-from conftest import error_lines, run_mpi, run_py
+from conftest import error_lines, mpi_flavor, run_mpi, run_py
 
 DATASETS = ("vocab/words", "vocab/counts", "tokens", "sentences")
 
@@ -227,6 +227,51 @@ def test_an_input_named_twice_is_refused(tmp_path):
     with Corpus(str(out)) as c:
         assert len(c.segments) == 1
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+def test_a_symlinked_corpus_is_grown_and_replaced_through_its_link(tmp_path):
+    """--append to a symlinked corpus (and --output LINK --force) replaced the link by a new
+    file and left its target as it was: the target is now written, the link stays a link."""
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "corpus.h5"
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"a b c a b a\n" * 50)
+    b.write_bytes(b"d e f d e d\n" * 50)
+    run(PreprocessConfig(inputs=(str(a),), output=str(target), min_count=1), Comm.serial(), log=None)
+    link = tmp_path / "corpus.h5"
+    link.symlink_to(target)
+    run(PreprocessConfig(inputs=(str(b),), append=str(link), output=str(link)), Comm.serial(), log=None)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    with Corpus(str(target)) as c:
+        assert len(c.segments) == 2 and "d" in c.words
+    run(PreprocessConfig(inputs=(str(b),), output=str(link), min_count=1, force=True), Comm.serial(), log=None)
+    assert link.is_symlink()
+    with Corpus(str(target)) as c:
+        assert len(c.segments) == 1 and "a" not in c.words
+    assert sorted(os.listdir(tmp_path / "store")) == ["corpus.h5"]
+
+
+@pytest.mark.mpi
+def test_standard_input_under_mpichs_mpiexec_is_refused_before_anything_is_written(tmp_path):
+    """MPICH's mpiexec kills a job reading a large standard input ("process reading stdin too
+    slowly", even at -n 1, even a rank that reads at once), which left the lock and the copy
+    of the stream: standard input under it is refused in one line before anything is written
+    (a large one may be killed by the launcher first: then too nothing is left); without
+    mpiexec standard input works."""
+    if mpi_flavor() != "mpich":
+        pytest.skip("MPICH's launcher")
+    small = "".join(f"w{i % 50} w{i % 7} w{i % 11}\n" for i in range(2_000))     # 25 KB: forwarded whole
+    out = tmp_path / "c.h5"
+    for text in (small, small * 100):
+        proc = run_mpi(1, ["-m", "mpidwe.preprocess", "-", "--output", str(out), "--min-count", "1"],
+                       cwd=tmp_path, input=text, check=False, timeout=120)
+        assert proc.returncode != 0 and os.listdir(tmp_path) == [], proc.stderr
+        if text is small:
+            lines = error_lines(proc.stderr)
+            assert proc.returncode == 2 and len(lines) == 1 and "standard input (-) under MPICH's mpiexec" in \
+                lines[0], proc.stderr
+    proc = run_py(["-m", "mpidwe.preprocess", "-", "--output", str(out), "--min-count", "1"], input=small * 100)
+    assert proc.returncode == 0, proc.stderr
 
 
 def one_error(proc):

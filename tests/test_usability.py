@@ -371,3 +371,18 @@ def test_kill_9_of_one_preprocess_rank_names_it(tmp_path):
     (tmp_path / "t.txt").write_text("a b c\n" * 100)
     run_mpi(2, ["-m", "mpidwe.preprocess", str(tmp_path / "t.txt"), "--output", str(out), "--min-count", "1"])
     assert out.exists() and not (tmp_path / ".c.h5.rank-died").exists()
+
+
+def test_a_path_with_a_newline_keeps_its_error_on_one_line(tmp_path):
+    """A path holding a newline printed raw, so the one-line error spanned two lines: every
+    user error escapes it (core.errors.one_line), as repr writes it."""
+    from mpidwe.core.errors import InputError
+
+    odd = str(tmp_path / "a\nb.h5")
+    assert str(InputError(f"not found: {odd}")) == f"not found: {tmp_path}/a\\nb.h5"
+    proc = run_py(["-m", "mpidwe.train", "--corpus", odd, "--out", str(tmp_path / "o")])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "a\\nb.h5" in lines[0], proc.stderr
+    proc = run_py(["-m", "mpidwe.preprocess", odd, "--output", str(tmp_path / "c.h5")])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "a\\nb.h5" in lines[0], proc.stderr

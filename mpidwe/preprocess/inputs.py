@@ -55,11 +55,24 @@ def checked_inputs(inputs, allow_duplicate: bool = False) -> tuple[str, ...]:
     once (``refuse_repeated``), none of them binary (``refuse_binary``; a stream is judged
     once copied, in ``plan_inputs``)."""
     files = expand_inputs(inputs)
+    if "-" in files and _under_hydra():
+        raise InputError("standard input (-) under MPICH's mpiexec: its launcher ends the job when a rank reads "
+                         "a stream slower than it arrives; write the text to a file, or to a named pipe "
+                         "(mkfifo), and give that (or run preprocess - without mpiexec)")
     refuse_repeated(files, allow_duplicate)
     for p in files:
         if p != "-" and os.path.isfile(p):
             refuse_binary(p, p)
     return files
+
+
+def _under_hydra() -> bool:
+    """Whether MPICH's launcher (Hydra; Intel MPI's too) started this process: it forwards
+    standard input to rank 0 with no buffer of its own beyond the pipe, and kills the job
+    ("process reading stdin too slowly") as soon as the rank falls behind, at any rank count.
+    Hydra gives its ranks MPI_LOCALNRANKS; Open MPI's mpirun and srun do not."""
+    env = os.environ
+    return "MPI_LOCALNRANKS" in env and "OMPI_COMM_WORLD_SIZE" not in env
 
 
 def refuse_repeated(inputs, allow_duplicate: bool = False) -> None:

@@ -25,7 +25,7 @@ from ..core.errors import InputError
 from ..parallel import deathwatch
 from ..parallel.comm import Comm
 from ..io import corpus as corpus_io
-from ..io.fsutil import file_sha256, fsync_dir, reason
+from ..io.fsutil import file_sha256, fsync_dir, reason, write_target
 from ..io.text import Piece, ScanStats, Source, TextOptions
 from ..version import __version__
 from .inputs import checked_inputs, plan_inputs
@@ -93,6 +93,9 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled
     cfg = comm.on_root(lambda: dataclasses.replace(cfg, inputs=checked_inputs(cfg.inputs, cfg.allow_duplicate)))
     if cfg.append:
         cfg = comm.on_root(appended_config, cfg)
+    # a symlinked output (or --append corpus) is written through: its target is replaced
+    cfg = comm.on_root(lambda: dataclasses.replace(cfg, output=write_target(cfg.output),
+                                                   append=cfg.append and write_target(cfg.append)))
     lock = comm.on_root(lock_output, cfg, log, broadcast=False)
     try:
         return _locked_run(cfg, comm, log, engine)
