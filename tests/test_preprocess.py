@@ -274,6 +274,49 @@ def test_standard_input_under_mpichs_mpiexec_is_refused_before_anything_is_writt
     assert proc.returncode == 0, proc.stderr
 
 
+def _long_word_text():
+    """Words of 100 and 101 bytes (ASCII and two-byte é), a 300 KB run with no space, text."""
+    return (b"short a b c a b a\n" * 50 + b"x" * 100 + b" " + b"y" * 101 + b"\n" + "\u00e9".encode() * 50 + b" "
+            + "\u00e9".encode() * 51 + b" a\n" + b"z" * 300_000 + b"\n" + b"a b c\n" * 20) * 2
+
+
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_words_longer_than_the_maximum_are_left_out_of_the_vocabulary(tmp_path, engine):
+    """A 300 KB run without a space became one vocabulary word: words longer than
+    --max-word-bytes (default 100, word2vec's limit; UTF-8 bytes as stored) are left out as
+    rare words are, with either engine; 0 keeps them."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(_long_word_text())
+    out = tmp_path / "c.h5"
+    summary = run(PreprocessConfig(inputs=(str(src),), output=str(out), min_count=1), Comm.serial(), log=None,
+                  engine=engine)
+    with Corpus(str(out)) as c:
+        words = set(c.words)
+    assert {"x" * 100, "\u00e9" * 50, "short", "a"} <= words
+    assert not {"y" * 101, "\u00e9" * 51, "z" * 300_000} & words
+    assert summary["raw_tokens"] - summary["kept_tokens"] == 6       # three long words, twice
+    run(PreprocessConfig(inputs=(str(src),), output=str(out), min_count=1, force=True, max_word_bytes=0),
+        Comm.serial(), log=None, engine=engine)
+    with Corpus(str(out)) as c:
+        assert {"y" * 101, "z" * 300_000} <= set(c.words)
+
+
+@pytest.mark.mpi
+def test_long_words_leave_the_corpus_identical_on_any_rank_count(tmp_path):
+    (tmp_path / "in.txt").write_bytes(_long_word_text() * 3)
+    got = []
+    for p in (1, 2, 3):
+        out = tmp_path / f"c{p}.h5"
+        run_mpi(p, ["-m", "mpidwe.preprocess", "in.txt", "--output", str(out), "--min-count", "1",
+                    "--block-bytes", "4096"], cwd=tmp_path)
+        got.append(read(out))
+    assert "z" * 300_000 not in [w.decode() for w in got[0][0]["vocab/words"]]
+    for data, attrs in got[1:]:
+        for k in DATASETS:
+            assert np.array_equal(got[0][0][k], data[k]), k
+        assert attrs["corpus_id"] == got[0][1]["corpus_id"]
+
+
 def one_error(proc):
     assert proc.returncode != 0
     lines = error_lines(proc.stderr)

@@ -78,6 +78,9 @@ class PreprocessConfig:
     strip_doc_tags: bool = opt(False, "drop WikiExtractor <doc ...> and </doc> lines")
     sentence_length: int = opt(1000, "cut lines into sentences of at most this many kept tokens")
     block_bytes: int = opt(4 << 20, "bytes read at a time by each rank (bounds memory)")
+    max_word_bytes: int = opt(100, "leave words longer than this many bytes (UTF-8, as stored) out of the "
+                              "vocabulary, as rare words are (runs of junk with no space; word2vec reads at "
+                              "most 100); 0: no limit")
     force: bool = opt(False, "overwrite an existing output file")
     hold_out: str | None = opt(None, "a UTF-8 file of words (whitespace-separated) to leave out of the "
                                "vocabulary, as written after --lowercase/--normalize: their tokens are "
@@ -104,6 +107,7 @@ class PreprocessConfig:
             _positive("max_vocab", self.max_vocab)
         _positive("sentence_length", self.sentence_length)
         _check(self.block_bytes >= 4096, "--block-bytes must be >= 4096")
+        _positive("max_word_bytes", self.max_word_bytes, allow_zero=True)
         _check(bool(self.output), "--output must not be empty")
 
 
