@@ -95,7 +95,7 @@ def load(path, *, matrix: str = "input", warn=None) -> WordVectors:
                              f"{matrix} matrix needs a checkpoint or a run directory)")
         from .io.vectors import read_word2vec
 
-        words, vectors = read_word2vec(path)
+        words, vectors = read_word2vec(path, warn or _log.warning)
         return WordVectors(words, vectors, None, path=path, matrix=matrix)
     ck = read_checkpoint(path, warn=warn or _log.warning)
     run_dir = path if kind == "run" else _run_dir_of(ck.path)

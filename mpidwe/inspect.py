@@ -222,6 +222,10 @@ def _finite(vecs: WordVectors, query, ranked) -> list[tuple[str, float]]:
     if bad:
         raise InputError(f"the vector of {', '.join(map(repr, bad))} holds nan or inf; it has no neighbours "
                          f"(those words are skipped, as python -m mpidwe.evaluate skips them)")
+    zero = [w for w in query if w in vecs and not vecs.vectors[vecs.index[w]].any()]
+    if zero:        # its cosine with every word is 0: the answers are an arbitrary order of ties
+        _warn(f"warning: the vector of {', '.join(map(repr, zero))} is all zeros (a word never trained?); "
+              f"its cosine with every word is 0, so the order of these answers means nothing")
     return ranked()
 
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from .core.config import TIERS_AUTO_MIN_RANKS, WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, parse_command, wire_of
-from .core.errors import MpidweError
+from .core.errors import ConfigError, MpidweError
 from .core.prog import prog
 from .parallel.comm import Comm
 from .kernels.tokenize import warm_up
@@ -135,13 +135,47 @@ def warm(cfg: TrainConfig, log=print) -> dict:
     return seconds
 
 
+# what warm does not use: the corpus, the run directory, checkpoints and evaluation (it trains a
+# generated text in a folder of its own); one of them given as a flag is refused, a --config
+# file shared with train may hold them
+NOT_USED = ("corpus", "out", "segments", "verify_corpus", "follow", "follow_poll", "follow_settle", "follow_exit_idle",
+            "init_from", "resume", "force", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_every",
+            "eval_sim", "eval_analogy", "eval_pip", "eval_restrict_vocab", "export")
+
+
+def refuse_unused(given, file_keys=()) -> None:
+    """Refuse the options of ``given`` that warm does not use, unless they come from the
+    --config file (``file_keys``), before anything compiles."""
+    unused = [n for n in NOT_USED if n in given and n not in file_keys]
+    if unused:
+        raise ConfigError(f"{', '.join('--' + n.replace('_', '-') for n in unused)}: not used by warm, which "
+                          f"compiles on a text of its own; give only training options (--dim, --model, --loss, "
+                          f"--sync, --device, ...)")
+
+
+def _config_file_keys(argv) -> set[str]:
+    import argparse
+
+    from .core.options import load_toml
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    path = parser.parse_known_args(argv)[0].config
+    return {k.replace("-", "_") for k in load_toml(path)} if path else set()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = parse_command(TrainConfig, argv, prog=PROG, config_file_flag=True,
-                            description="Compile the kernels a run with these training options uses into "
-                                        "numba's disk cache, so that the first run does not compile (once "
-                                        "per machine, CPU model, mode and --dim; NUMBA_CACHE_DIR chooses "
-                                        "the folder). The corpus, run and evaluation options are not used.")
+        cfg, given = parse_command(
+            TrainConfig, argv, prog=PROG, config_file_flag=True, return_given=True,
+            description="Compile the kernels a run with these training options uses into numba's disk cache, "
+                        "so that the first run does not compile (once per machine, CPU model, mode and --dim; "
+                        "NUMBA_CACHE_DIR chooses the folder). The corpus, run and evaluation options are "
+                        "refused (not used).")
+        refuse_unused(given, _config_file_keys(sys.argv[1:] if argv is None else argv))
+        from .train.plan import choose_compute
+
+        choose_compute(cfg, Comm.serial())      # --device cuda without a GPU: refused before any compiling
         warm(cfg)
     except MpidweError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

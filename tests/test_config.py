@@ -195,3 +195,16 @@ def test_train_help_is_grouped_by_topic():
         section = out[start:out.find("\n\n", start + 2)]
         for name in names:
             assert f"  --{name.replace('_', '-')}" in section, (title, name)
+
+
+def test_threads_far_beyond_the_cpus_are_refused(monkeypatch):
+    """--threads 100000 trained (time-sliced) and a SIGTERM then waited on every thread: more
+    than 4 x the node's CPUs is refused in one line; up to that, and 0, are taken."""
+    import mpidwe.core.config as config
+
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 8)
+    with pytest.raises(ConfigError, match=r"--threads must be <= 32 \(4 x the 8 CPUs of this node\), got 100000"):
+        TrainConfig(threads=100000)
+    with pytest.raises(ConfigError, match="got 33"):
+        TrainConfig(threads=33)
+    assert TrainConfig(threads=32).threads == 32 and TrainConfig().threads == 0

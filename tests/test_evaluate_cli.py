@@ -322,3 +322,44 @@ def test_test_files_not_utf8_are_one_line_errors(planted, capsys):
     assert rc == 2 and out == ""
     (line,) = err.splitlines()
     assert f"{binary}:" in line and "not UTF-8 text" in line and "analogy" in line
+
+
+def test_a_checkpoint_file_is_evaluated(tmp_path, capsys):
+    """A sealed checkpoint file (the magic of HDF5 after the seal's user block), as
+    inspect, load and a run directory take it."""
+    from mpidwe.io import checkpoint
+    from test_checkpoint import make
+
+    ck = make(v=12, d=5)
+    path = checkpoint.save(str(tmp_path), ck)
+    words, vectors = load_vectors(path)
+    assert words == ck.words and np.array_equal(vectors, ck.w_in)
+    sim = tmp_path / "sim.tsv"
+    sim.write_text("w1\tw2\t3\nw3\tw4\t2\nw5\tw6\t1\n")
+    rc, out, err = run_cli(capsys, path, "--similarity", str(sim))
+    assert rc == 0, err
+    assert "unknown vectors file" not in err
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_duplicate_word_keeps_its_first_vector_with_a_warning(tmp_path, capsys, binary):
+    """As gensim reads such files: the first vector of a word given twice, one warning line
+    (before, both rows were kept and a word's nearest neighbour was itself)."""
+    import mpidwe
+
+    vecs = random_vectors(n=6, d=4)
+    words = ["a", "b", "c", "b", "d", "a"]
+    path = tmp_path / "dup.vec"
+    write_word2vec(str(path), words, vecs, binary=binary)
+    said = []
+    got_words, got = load_vectors(str(path), said.append)
+    assert got_words == ["a", "b", "c", "d"]
+    assert np.array_equal(got, vecs[[0, 1, 2, 4]])
+    assert len(said) == 1 and "2 duplicate word(s)" in said[0] and "'b', entries 2 and 4" in said[0]
+    wv = mpidwe.load(str(path), warn=said.append)
+    assert wv.words == ["a", "b", "c", "d"] and len(said) == 2
+    assert wv.most_similar("b", topn=3)[0][0] != "b"
+    sim = tmp_path / "sim.tsv"
+    sim.write_text("a\tb\t3\nb\tc\t2\nc\td\t1\n")
+    rc, out, err = run_cli(capsys, str(path), "--similarity", str(sim))
+    assert rc == 0 and err.count("duplicate word(s)") == 1, err

@@ -349,3 +349,33 @@ def test_nan_vectors_are_neither_queries_nor_neighbours(tmp_path):
     assert proc.returncode == 2 and [r.split("\t")[:2] for r in proc.stdout.splitlines()] == [["a", "c"], ["a", "d"]]
     assert "standard input line 1: the vector of 'b' holds nan" in proc.stderr
     assert "1 of 2 queries could not be answered" in proc.stderr
+
+
+def test_a_zero_vector_query_warns_that_its_neighbours_mean_nothing(tmp_path):
+    """A word whose vector is all zeros has cosine 0 with every word: its neighbours printed
+    0.0000 in an arbitrary order with no warning; now one warning line says so."""
+    path = tmp_path / "v.txt"
+    path.write_text("4 3\na 1 0 0\nz 0 0 0\nc 0.9 0.1 0\nd 0 1 0\n")
+    proc = inspect(path, "neighbors", "z")
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.splitlines()
+    assert len(err) == 1 and "warning: the vector of 'z' is all zeros" in err[0], err
+    proc = inspect(path, "neighbors", "a")
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_export_over_a_symlink_writes_through_to_its_target(tmp_path):
+    """export -o LINK --force replaced the link by a file and left its target as it was: the
+    write now goes to the link's target, and the link stays."""
+    src = tmp_path / "v.txt"
+    src.write_text("3 2\na 1 0\nb 0 1\nc 1 1\n")
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "old.txt"
+    target.write_text("old")
+    link = tmp_path / "latest.txt"
+    link.symlink_to(target)
+    proc = inspect(src, "export", "-o", link, "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text().startswith("3 2\n")
+    assert sorted(os.listdir(tmp_path / "store")) == ["old.txt"]

@@ -14,7 +14,7 @@ from mpidwe.core.errors import InputError
 from mpidwe.io.formats import reseal
 from mpidwe.preprocess import run
 
-from conftest import error_lines, run_mpi, run_py
+from conftest import error_lines, mpi_flavor, run_mpi, run_py
 
 DATASETS = ("vocab/words", "vocab/counts", "tokens", "sentences")
 
@@ -169,7 +169,9 @@ def test_stdin_input(tmp_path):
 
 def test_invalid_utf8_and_binary_bytes_are_replaced_and_counted(tmp_path):
     src = tmp_path / "bad.txt"
-    src.write_bytes(b"good \xff\xfe word\x00nul good\n" * 3 + bytes(range(256)))
+    # text with some invalid UTF-8 and control bytes (a NUL, or a fifth of it invalid, is no text: see
+    # test_a_binary_input_is_refused)
+    src.write_bytes(b"good \xff\xfe word\x01nul good\n" * 60 + bytes(range(1, 256)))
     out = tmp_path / "c.h5"
     proc = run_py(["-m", "mpidwe.preprocess", str(src), "--output", str(out), "--min-count", "1"])
     assert proc.returncode == 0, proc.stderr
@@ -177,6 +179,142 @@ def test_invalid_utf8_and_binary_bytes_are_replaced_and_counted(tmp_path):
     assert attrs["invalid_utf8_sequences"] >= 6
     with Corpus(str(out)) as c:
         assert "good" in c.words and "nul" in c.words and "\ufffd\ufffd" in c.words
+
+
+def test_a_binary_input_is_refused(tmp_path):
+    """A file that is not text among text inputs (NUL bytes, or mostly invalid UTF-8), named,
+    in a folder or on standard input, is refused in one line, by the rule (io.text.binary_reason)
+    with which train --follow rejects it; nothing is written, no temporary file is left."""
+    from mpidwe.io.text import binary_reason
+
+    (tmp_path / "in").mkdir()
+    text = tmp_path / "in" / "a.txt"
+    text.write_bytes(b"a b c a b a\n" * 50)
+    binary = tmp_path / "in" / "b.bin"
+    binary.write_bytes(bytes(range(256)) * 12)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 \xe0 l\xe0 \xe9t\xe9 \xfc\xdf\n".encode("latin-1") * 40)
+    out = tmp_path / "c.h5"
+    for inputs, why in [((str(text), str(binary)), binary_reason(str(binary))),
+                        ((str(tmp_path / "in"),), "NUL bytes"), ((str(latin1), str(text)), "invalid UTF-8")]:
+        with pytest.raises(InputError, match="is not text: ") as e:
+            run(PreprocessConfig(inputs=inputs, output=str(out), min_count=1), Comm.serial(), log=None)
+        assert why in str(e.value)
+    proc = run_py(["-m", "mpidwe.preprocess", "-", "--output", str(out), "--min-count", "1"],
+                  input=binary.read_bytes().decode("latin-1"))
+    assert "input standard input is not text: it holds NUL bytes" in one_error(proc) and proc.returncode == 2
+    assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+def test_an_input_named_twice_is_refused(tmp_path):
+    """The same file named twice (another spelling, a symlink) would count its text twice: it
+    is refused in one line, before anything is written, with --append as without."""
+    src = tmp_path / "a.txt"
+    src.write_bytes(b"a b c a b a\n" * 50)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "link.txt").symlink_to(src)
+    out = tmp_path / "c.h5"
+    for other in (str(src), str(tmp_path / "x" / ".." / "a.txt"), str(tmp_path / "link.txt")):
+        with pytest.raises(InputError, match=r"input .* is named twice \(also as .*a\.txt\)"):
+            run(PreprocessConfig(inputs=(str(src), other), output=str(out), min_count=1), Comm.serial(), log=None)
+    assert not out.exists()
+    other = tmp_path / "b.txt"
+    other.write_bytes(b"d e f\n" * 50)
+    run(PreprocessConfig(inputs=(str(other),), output=str(out), min_count=1), Comm.serial(), log=None)
+    with pytest.raises(InputError, match="named twice"):
+        run(PreprocessConfig(inputs=(str(src), str(tmp_path / "x" / ".." / "a.txt")), append=str(out),
+                             output=str(out)), Comm.serial(), log=None)
+    with Corpus(str(out)) as c:
+        assert len(c.segments) == 1
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+def test_a_symlinked_corpus_is_grown_and_replaced_through_its_link(tmp_path):
+    """--append to a symlinked corpus (and --output LINK --force) replaced the link by a new
+    file and left its target as it was: the target is now written, the link stays a link."""
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "corpus.h5"
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"a b c a b a\n" * 50)
+    b.write_bytes(b"d e f d e d\n" * 50)
+    run(PreprocessConfig(inputs=(str(a),), output=str(target), min_count=1), Comm.serial(), log=None)
+    link = tmp_path / "corpus.h5"
+    link.symlink_to(target)
+    run(PreprocessConfig(inputs=(str(b),), append=str(link), output=str(link)), Comm.serial(), log=None)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    with Corpus(str(target)) as c:
+        assert len(c.segments) == 2 and "d" in c.words
+    run(PreprocessConfig(inputs=(str(b),), output=str(link), min_count=1, force=True), Comm.serial(), log=None)
+    assert link.is_symlink()
+    with Corpus(str(target)) as c:
+        assert len(c.segments) == 1 and "a" not in c.words
+    assert sorted(os.listdir(tmp_path / "store")) == ["corpus.h5"]
+
+
+@pytest.mark.mpi
+def test_standard_input_under_mpichs_mpiexec_is_refused_before_anything_is_written(tmp_path):
+    """MPICH's mpiexec kills a job reading a large standard input ("process reading stdin too
+    slowly", even at -n 1, even a rank that reads at once), which left the lock and the copy
+    of the stream: standard input under it is refused in one line before anything is written
+    (a large one may be killed by the launcher first: then too nothing is left); without
+    mpiexec standard input works."""
+    if mpi_flavor() != "mpich":
+        pytest.skip("MPICH's launcher")
+    small = "".join(f"w{i % 50} w{i % 7} w{i % 11}\n" for i in range(2_000))     # 25 KB: forwarded whole
+    out = tmp_path / "c.h5"
+    for text in (small, small * 100):
+        proc = run_mpi(1, ["-m", "mpidwe.preprocess", "-", "--output", str(out), "--min-count", "1"],
+                       cwd=tmp_path, input=text, check=False, timeout=120)
+        assert proc.returncode != 0 and os.listdir(tmp_path) == [], proc.stderr
+        if text is small:
+            lines = error_lines(proc.stderr)
+            assert proc.returncode == 2 and len(lines) == 1 and "standard input (-) under MPICH's mpiexec" in \
+                lines[0], proc.stderr
+    proc = run_py(["-m", "mpidwe.preprocess", "-", "--output", str(out), "--min-count", "1"], input=small * 100)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _long_word_text():
+    """Words of 100 and 101 bytes (ASCII and two-byte é), a 300 KB run with no space, text."""
+    return (b"short a b c a b a\n" * 50 + b"x" * 100 + b" " + b"y" * 101 + b"\n" + "\u00e9".encode() * 50 + b" "
+            + "\u00e9".encode() * 51 + b" a\n" + b"z" * 300_000 + b"\n" + b"a b c\n" * 20) * 2
+
+
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_words_longer_than_the_maximum_are_left_out_of_the_vocabulary(tmp_path, engine):
+    """A 300 KB run without a space became one vocabulary word: words longer than
+    --max-word-bytes (default 100, word2vec's limit; UTF-8 bytes as stored) are left out as
+    rare words are, with either engine; 0 keeps them."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(_long_word_text())
+    out = tmp_path / "c.h5"
+    summary = run(PreprocessConfig(inputs=(str(src),), output=str(out), min_count=1), Comm.serial(), log=None,
+                  engine=engine)
+    with Corpus(str(out)) as c:
+        words = set(c.words)
+    assert {"x" * 100, "\u00e9" * 50, "short", "a"} <= words
+    assert not {"y" * 101, "\u00e9" * 51, "z" * 300_000} & words
+    assert summary["raw_tokens"] - summary["kept_tokens"] == 6       # three long words, twice
+    run(PreprocessConfig(inputs=(str(src),), output=str(out), min_count=1, force=True, max_word_bytes=0),
+        Comm.serial(), log=None, engine=engine)
+    with Corpus(str(out)) as c:
+        assert {"y" * 101, "z" * 300_000} <= set(c.words)
+
+
+@pytest.mark.mpi
+def test_long_words_leave_the_corpus_identical_on_any_rank_count(tmp_path):
+    (tmp_path / "in.txt").write_bytes(_long_word_text() * 3)
+    got = []
+    for p in (1, 2, 3):
+        out = tmp_path / f"c{p}.h5"
+        run_mpi(p, ["-m", "mpidwe.preprocess", "in.txt", "--output", str(out), "--min-count", "1",
+                    "--block-bytes", "4096"], cwd=tmp_path)
+        got.append(read(out))
+    assert "z" * 300_000 not in [w.decode() for w in got[0][0]["vocab/words"]]
+    for data, attrs in got[1:]:
+        for k in DATASETS:
+            assert np.array_equal(got[0][0][k], data[k]), k
+        assert attrs["corpus_id"] == got[0][1]["corpus_id"]
 
 
 def one_error(proc):
@@ -590,7 +728,7 @@ def test_unicode_whitespace_splits_words_in_text_and_binary_input(tmp_path):
     also where they appear among binary bytes; no stored word holds whitespace."""
     src = tmp_path / "in.txt"
     src.write_bytes(_u15_text(3000, 1, ascii_every=17)
-                    + b"\x00\xff\xe3\x80\x80bin\xc2\xa0ary\xc2\x85zz\xe3\x80\n" + bytes(range(256)) * 3)
+                    + b"\x01\xff\xe3\x80\x80bin\xc2\xa0ary\xc2\x85zz\xe3\x80\n" + bytes(range(1, 256)) * 3)
     out = tmp_path / "c.h5"
     proc = run_py(["-m", "mpidwe.preprocess", str(src), "--output", str(out), "--min-count", "1", "--lowercase"])
     assert proc.returncode == 0, proc.stderr

@@ -117,6 +117,36 @@ def test_a_failed_start_leaves_no_empty_out_folder(demo, tmp_path, failure):
     assert os.path.exists(other)
 
 
+def test_a_start_that_fails_on_bad_input_while_training_takes_back_what_it_wrote(demo, tmp_path):
+    """A damaged token id read with --no-verify-corpus is found in the first round, after
+    config.json was written: the run takes back config.json and the folders it made (before,
+    OUT/config.json stayed); a file that was there before the run stays."""
+    import h5py
+
+    from mpidwe.io.formats import reseal
+
+    bad = tmp_path / "bad.h5"
+    shutil.copyfile(demo / "corpus.h5", bad)
+    with h5py.File(bad, "a") as f:
+        f["tokens"][5] = 10 ** 6
+    reseal(str(bad))
+    out = tmp_path / "new" / "run"
+    (tmp_path / "new").mkdir()
+    with pytest.raises(InputError, match="damaged"):
+        train(cfg(demo, out, corpus=str(bad), verify_corpus=False), Comm.serial(), log=None)
+    assert os.listdir(tmp_path / "new") == []
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(InputError, match="damaged"):
+        train(cfg(demo, mine, corpus=str(bad), verify_corpus=False), Comm.serial(), log=None)
+    assert sorted(os.listdir(mine)) == ["notes.txt"]
+    (mine / "config.json").write_text("{}")       # written before this run: not its to remove
+    with pytest.raises(InputError, match="damaged"):
+        train(cfg(demo, mine, corpus=str(bad), verify_corpus=False, force=True), Comm.serial(), log=None)
+    assert sorted(os.listdir(mine)) == ["config.json", "notes.txt"]
+
+
 @pytest.mark.mpi
 def test_sigterm_after_a_finished_two_rank_run_changes_nothing(demo, tmp_path):
     """SIGTERM to the launcher right after the last output is written (while the ranks shut

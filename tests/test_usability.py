@@ -416,3 +416,18 @@ def test_the_compile_message_comes_only_when_numba_will_compile(tmp_path):
     assert not said("again")                               # cached now: not a word about compiling
     assert said("subwords", "--subwords", "--buckets", "100")   # another kernel (subword inputs): compiles
     assert not said("subwords-again", "--subwords", "--buckets", "100")
+
+
+def test_a_path_with_a_newline_keeps_its_error_on_one_line(tmp_path):
+    """A path holding a newline printed raw, so the one-line error spanned two lines: every
+    user error escapes it (core.errors.one_line), as repr writes it."""
+    from mpidwe.core.errors import InputError
+
+    odd = str(tmp_path / "a\nb.h5")
+    assert str(InputError(f"not found: {odd}")) == f"not found: {tmp_path}/a\\nb.h5"
+    proc = run_py(["-m", "mpidwe.train", "--corpus", odd, "--out", str(tmp_path / "o")])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "a\\nb.h5" in lines[0], proc.stderr
+    proc = run_py(["-m", "mpidwe.preprocess", odd, "--output", str(tmp_path / "c.h5")])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "a\\nb.h5" in lines[0], proc.stderr

@@ -65,3 +65,29 @@ def test_warm_takes_the_training_options_and_refuses_bad_ones_in_one_line():
     proc = subprocess.run([sys.executable, "-m", "mpidwe", "--help"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0 and "warm" in proc.stdout
+
+
+def test_warm_refuses_options_it_does_not_use_before_compiling(tmp_path, monkeypatch, capsys):
+    """--corpus, --out, --resume ... were ignored (exit 0) and --device cuda without a GPU was
+    refused only after the warm-up: now each is one line, exit 2, before anything compiles.
+    A --config file shared with train may hold them."""
+    from mpidwe import warm
+
+    called = []
+    monkeypatch.setattr(warm, "warm", lambda cfg, log=print: called.append(cfg) or {})
+    for argv, said in [(["--corpus", "/nonexistent.h5"], "--corpus"), (["--out", str(tmp_path / "o")], "--out"),
+                       (["--resume", "auto", "--dim", "20"], "--resume"),
+                       (["--eval-sim", "x.tsv", "--force"], "--force, --eval-sim")]:
+        assert warm.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and "not used by warm" in err[0], err
+    assert not called
+    toml = tmp_path / "train.toml"
+    toml.write_text(f'corpus = "{tmp_path / "c.h5"}"\nout = "{tmp_path / "run"}"\ndim = 20\n')
+    assert warm.main(["--config", str(toml)]) == 0 and called[-1].dim == 20
+    import torch
+
+    if not torch.cuda.is_available():
+        assert warm.main(["--device", "cuda"]) == 2
+        assert "--device cuda: no usable CUDA device" in capsys.readouterr().err
+        assert len(called) == 1

@@ -78,6 +78,9 @@ class PreprocessConfig:
     strip_doc_tags: bool = opt(False, "drop WikiExtractor <doc ...> and </doc> lines")
     sentence_length: int = opt(1000, "cut lines into sentences of at most this many kept tokens")
     block_bytes: int = opt(4 << 20, "bytes read at a time by each rank (bounds memory)")
+    max_word_bytes: int = opt(100, "leave words longer than this many bytes (UTF-8, as stored) out of the "
+                              "vocabulary, as rare words are (runs of junk with no space; word2vec reads at "
+                              "most 100); 0: no limit")
     force: bool = opt(False, "overwrite an existing output file")
     hold_out: str | None = opt(None, "a UTF-8 file of words (whitespace-separated) to leave out of the "
                                "vocabulary, as written after --lowercase/--normalize: their tokens are "
@@ -104,10 +107,12 @@ class PreprocessConfig:
             _positive("max_vocab", self.max_vocab)
         _positive("sentence_length", self.sentence_length)
         _check(self.block_bytes >= 4096, "--block-bytes must be >= 4096")
+        _positive("max_word_bytes", self.max_word_bytes, allow_zero=True)
         _check(bool(self.output), "--output must not be empty")
 
 
 MAX_NEGATIVE = 1000
+MAX_THREADS_PER_CPU = 4      # --threads beyond this multiple of the node's CPUs is refused
 MIN_SYNC_EVERY = 500
 
 
@@ -357,6 +362,11 @@ class TrainConfig:
                f"--guard-loss-ratio must be 0 (off) or > 1, got {self.guard_loss_ratio}")
         _check(0 < self.min_lr_ratio <= 1, f"--min-lr-ratio must be in (0, 1], got {self.min_lr_ratio}")
         _positive("threads", self.threads, allow_zero=True)
+        # far more threads than CPUs only time-slice (and a stop waits for every one of them)
+        cpus = os.cpu_count() or 1
+        _check(self.threads <= MAX_THREADS_PER_CPU * cpus, f"--threads must be <= {MAX_THREADS_PER_CPU * cpus} "
+               f"({MAX_THREADS_PER_CPU} x the {cpus} CPUs of this node), got {self.threads}; 0 (the default) "
+               f"divides the node's cores among its ranks")
         _check(self.dim <= 4096, f"--dim must be <= 4096, got {self.dim}")
         # each example updates 1 + negative output rows; word2vec advises 2-20, and far beyond
         # a few hundred training crawls for minutes and then diverges

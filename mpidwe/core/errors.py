@@ -12,10 +12,22 @@ EXIT_REQUEUE = 75     # checkpoint written on SIGTERM/SIGUSR1: requeue the job (
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): the shell's status for it, after the checkpoint it writes
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and other control characters escaped (``\\n``, ``\\r``,
+    ``\\x1b``), as ``repr`` writes them: a path holding a newline keeps its error on one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 class MpidweError(Exception):
-    """A problem the user can fix; the message is one line, shown without traceback."""
+    """A problem the user can fix; the message is one line, shown without traceback (a path
+    in it with a newline or another control character is escaped: ``one_line``)."""
 
     exit_code = EXIT_USAGE
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class InputError(MpidweError):

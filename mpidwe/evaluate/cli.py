@@ -122,7 +122,7 @@ def run(cfg: EvaluateConfig, comm: Comm, *, log=None) -> dict:
     if cfg.oov:
         words, vectors = comm.agree(with_oov_rows, cfg)
     else:
-        words, vectors = comm.agree(load_vectors, cfg.vectors)  # refuses vectors that are all nan/inf
+        words, vectors = comm.agree(load_vectors, cfg.vectors, log)  # refuses vectors that are all nan/inf
     bad = nonfinite_rows(vectors)
     skipped = int(bad.sum())
     if skipped and log:

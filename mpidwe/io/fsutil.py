@@ -55,10 +55,18 @@ def fsync_dir(path: str) -> None:
     fsync_path(os.path.dirname(os.path.abspath(path)) or ".")
 
 
+def write_target(path: str) -> str:
+    """The file that a write to ``path`` replaces: a symlink's target (resolved, through every
+    link), so that the rename of a new file replaces the target and the link stays a link."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
-    """Yield a temporary path beside ``path`` for a writer that opens files by name (h5py);
-    when the block ends normally, the file is fsynced and renamed over ``path``."""
+    """Yield a temporary path beside ``path`` (a symlink's target: ``write_target``) for a
+    writer that opens files by name (h5py); when the block ends normally, the file is
+    fsynced and renamed over it."""
+    path = write_target(path)
     head, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(head, f".{name}.tmp-{os.getpid()}")
     try:

@@ -28,6 +28,7 @@ import re
 import numpy as np
 
 from ..core.errors import InputError
+from .formats import SEAL_MAGIC
 from .fsutil import atomic_write
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -59,9 +60,31 @@ def _is_text(first_entry: bytes, dim: int) -> bool:
         return False
 
 
-def read_word2vec(path: str) -> tuple[list[str], np.ndarray]:
+def read_word2vec(path: str, warn=None) -> tuple[list[str], np.ndarray]:
     """(words, float32 matrix) from a word2vec text or binary file. Malformed input raises
-    an InputError naming the file and the line (text) or entry and byte offset (binary)."""
+    an InputError naming the file and the line (text) or entry and byte offset (binary). A
+    word given twice keeps its first vector, as gensim reads such files (fastText's
+    published ``.vec`` files hold some); ``warn`` receives one line saying so."""
+    return _first_of_each(path, *_read_word2vec(path), warn)
+
+
+def _first_of_each(path: str, words: list[str], vectors: np.ndarray, warn) -> tuple[list[str], np.ndarray]:
+    """Only the first entry of each word: a second one would be a word's nearest neighbour,
+    and which of them a lookup finds would be chance."""
+    first: dict[str, int] = {}
+    for i, w in enumerate(words):
+        first.setdefault(w, i)
+    if len(first) == len(words):
+        return words, vectors
+    keep = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+    dup = next(i for i, w in enumerate(words) if first[w] != i)
+    if warn is not None:
+        warn(f"warning: {path}: {len(words) - len(first):,} duplicate word(s) (the first: {words[dup]!r}, "
+             f"entries {first[words[dup]] + 1} and {dup + 1}); kept the first vector of each")
+    return list(first), vectors[keep]
+
+
+def _read_word2vec(path: str) -> tuple[list[str], np.ndarray]:
     try:
         fh = open(path, "rb")
     except OSError as e:
@@ -257,11 +280,12 @@ def _usable(path: str, words: list[str], vectors: np.ndarray) -> tuple[list[str]
     return words, vectors
 
 
-def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
+def load_vectors(path: str, warn=None) -> tuple[list[str], np.ndarray]:
     """(words, float32 matrix) from any vectors file mpidwe reads, chosen by content: word2vec
     text or binary, an mpidwe checkpoint (its input vectors), or a run directory (its newest
     valid checkpoint). Vectors that are all nan or inf are refused; rows with nan or inf
-    among others are returned as they are (see :func:`nonfinite_rows`)."""
+    among others are returned as they are (see :func:`nonfinite_rows`). ``warn``: as
+    :func:`read_word2vec`'s."""
     import os
 
     if os.path.isdir(path):
@@ -276,13 +300,13 @@ def load_vectors(path: str) -> tuple[list[str], np.ndarray]:
             first = fh.read(MAX_HEADER)
     except OSError as e:
         raise InputError(f"cannot read vectors file {path}: {e.strerror}") from None
-    if first.startswith(HDF5_MAGIC):
+    if first.startswith((HDF5_MAGIC, SEAL_MAGIC.encode())):   # mpidwe's files start with their seal
         from .checkpoint import load
 
         ck = load(path)  # refuses a corpus or any other HDF5 file with a clear message
         return _usable(path, ck.words, ck.w_in)
     head = first.split(b"\n", 1)[0].split()
     if len(head) == 2 and all(x.isdigit() for x in head):
-        return _usable(path, *read_word2vec(path))
+        return _usable(path, *read_word2vec(path, warn))
     raise InputError(f"{path}: unknown vectors file (expected word2vec text or binary: a first "
                      f"line 'count dim'; GloVe files without that header are not read)")

@@ -20,8 +20,8 @@ import sys
 
 from ..core.errors import InputError
 from ..io.fsutil import reason
-from ..io.text import (Piece, Source, close_or_fail, describe_source, estimated_size, find_boundaries,
-    pieces_between, split_pieces, write_or_fail)
+from ..io.text import (Piece, Source, binary_reason, close_or_fail, describe_source, estimated_size,
+    find_boundaries, pieces_between, split_pieces, write_or_fail)
 
 _GLOB_CHARS = "*?["
 
@@ -48,6 +48,62 @@ def expand_inputs(inputs) -> tuple[str, ...]:
         else:
             out.append(p)
     return tuple(out)
+
+
+def checked_inputs(inputs, allow_duplicate: bool = False) -> tuple[str, ...]:
+    """Rank 0, before anything is written: the input files (``expand_inputs``), each named
+    once (``refuse_repeated``), none of them binary (``refuse_binary``; a stream is judged
+    once copied, in ``plan_inputs``)."""
+    files = expand_inputs(inputs)
+    if "-" in files and _under_hydra():
+        raise InputError("standard input (-) under MPICH's mpiexec: its launcher ends the job when a rank reads "
+                         "a stream slower than it arrives; write the text to a file, or to a named pipe "
+                         "(mkfifo), and give that (or run preprocess - without mpiexec)")
+    refuse_repeated(files, allow_duplicate)
+    for p in files:
+        if p != "-" and os.path.isfile(p):
+            refuse_binary(p, p)
+    return files
+
+
+def _under_hydra() -> bool:
+    """Whether MPICH's launcher (Hydra; Intel MPI's too) started this process: it forwards
+    standard input to rank 0 with no buffer of its own beyond the pipe, and kills the job
+    ("process reading stdin too slowly") as soon as the rank falls behind, at any rank count.
+    Hydra gives its ranks MPI_LOCALNRANKS; Open MPI's mpirun and srun do not."""
+    env = os.environ
+    return "MPI_LOCALNRANKS" in env and "OMPI_COMM_WORLD_SIZE" not in env
+
+
+def refuse_repeated(inputs, allow_duplicate: bool = False) -> None:
+    """Refuse a file named twice (another spelling, a symlink or a hard link of it included):
+    its text would count twice. ``--append --allow-duplicate`` takes it, as it takes a text
+    the corpus already holds."""
+    if allow_duplicate:
+        return
+    seen: dict[tuple[int, int], str] = {}
+    for p in inputs:
+        if p == "-":
+            continue
+        try:
+            st = os.stat(p)
+        except OSError:      # describe_source says what is wrong with it
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue         # a stream is read once, whatever its name
+        if (st.st_dev, st.st_ino) in seen:
+            raise InputError(f"input {p} is named twice (also as {seen[st.st_dev, st.st_ino]}); its text "
+                             f"would count twice: name it once")
+        seen[st.st_dev, st.st_ino] = p
+
+
+def refuse_binary(path: str, name: str) -> None:
+    """Refuse an input that is not text (io.text.binary_reason: NUL bytes, or mostly invalid
+    UTF-8), by the rule that ``train --follow`` rejects such a file with: its junk words would
+    enter the vocabulary."""
+    why = binary_reason(path)
+    if why is not None:
+        raise InputError(f"input {name} is not text: {why}")
 
 
 def whole_files(inputs, compiled: bool, ranks: int) -> bool:
@@ -79,7 +135,8 @@ def plan_inputs(inputs, spools: list[str], compiled: bool, ranks: int) -> tuple[
     sources = []
     for i, p in enumerate(inputs):
         if p == "-" or _is_stream(p):
-            p = _spool_input(p, spools[i])
+            refuse_binary(_spool_input(p, spools[i]), "standard input" if p == "-" else p)
+            p = spools[i]
         # one rank streams a compressed input once; several read a plain copy of it
         copy = compiled and ranks > 1 and not whole
         sources.append(describe_source(p, sized=not compiled or copy, spool=spools[n_in + i] if copy else None))

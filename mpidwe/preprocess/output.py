@@ -83,7 +83,8 @@ def lock_output(cfg: PreprocessConfig, log) -> DirLock | None:
 
 
 # what a corpus fixes for every text appended to it (stored in its options attribute)
-INHERITED_OPTIONS = ("normalize", "lowercase", "strip_doc_tags", "sentence_length", "min_count", "max_vocab")
+INHERITED_OPTIONS = ("normalize", "lowercase", "strip_doc_tags", "sentence_length", "min_count", "max_vocab",
+                     "max_word_bytes")
 
 
 def appended_config(cfg: PreprocessConfig) -> PreprocessConfig:

@@ -25,10 +25,10 @@ from ..core.errors import InputError
 from ..parallel import deathwatch
 from ..parallel.comm import Comm
 from ..io import corpus as corpus_io
-from ..io.fsutil import file_sha256, fsync_dir, reason
+from ..io.fsutil import file_sha256, fsync_dir, reason, write_target
 from ..io.text import Piece, ScanStats, Source, TextOptions
 from ..version import __version__
-from .inputs import expand_inputs, plan_inputs
+from .inputs import checked_inputs, plan_inputs
 from .output import appended_config, died_marker, disk_full, lock_output, start_run
 from .passes import (CompiledCount, IdSpool, RankIds, count_compiled, count_tokens, final_ids,
     final_ids_compiled)
@@ -89,10 +89,13 @@ def run(cfg: PreprocessConfig, comm: Comm, *, log=print, engine: str = "compiled
     write the same corpus."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
-    # a folder or a glob pattern stands for its files, in name order
-    cfg = comm.on_root(lambda: dataclasses.replace(cfg, inputs=expand_inputs(cfg.inputs)))
+    # a folder or a glob pattern stands for its files, in name order; each once, none binary
+    cfg = comm.on_root(lambda: dataclasses.replace(cfg, inputs=checked_inputs(cfg.inputs, cfg.allow_duplicate)))
     if cfg.append:
         cfg = comm.on_root(appended_config, cfg)
+    # a symlinked output (or --append corpus) is written through: its target is replaced
+    cfg = comm.on_root(lambda: dataclasses.replace(cfg, output=write_target(cfg.output),
+                                                   append=cfg.append and write_target(cfg.append)))
     lock = comm.on_root(lock_output, cfg, log, broadcast=False)
     try:
         return _locked_run(cfg, comm, log, engine)

@@ -15,19 +15,23 @@ from ..io.text import ScanStats
 from .tokens import TokenTable
 
 
-def build_vocab(counts: dict[bytes, int], min_count: int, max_vocab: int | None):
-    """Kept words (count >= min_count, at most max_vocab), count descending, ties by word
-    (UTF-8 byte order, which is code point order)."""
-    kept = sorted(((w, c) for w, c in counts.items() if c >= min_count), key=lambda wc: (-wc[1], wc[0]))
+def build_vocab(counts: dict[bytes, int], min_count: int, max_vocab: int | None, max_bytes: int = 0):
+    """Kept words (count >= min_count, at most ``max_bytes`` long unless 0, at most
+    max_vocab), count descending, ties by word (UTF-8 byte order, which is code point order)."""
+    kept = sorted(((w, c) for w, c in counts.items() if c >= min_count and not (max_bytes and len(w) > max_bytes)),
+                  key=lambda wc: (-wc[1], wc[0]))
     if max_vocab is not None:
         kept = kept[:max_vocab]
     return [w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64)
 
 
-def build_vocab_from_table(table: TokenTable, min_count: int, max_vocab: int | None):
+def build_vocab_from_table(table: TokenTable, min_count: int, max_vocab: int | None, max_bytes: int = 0):
     """build_vocab over a TokenTable: the same words in the same order."""
     counts = table.counts[: len(table)]
-    kept = np.flatnonzero(counts >= min_count)
+    ok = counts >= min_count
+    if max_bytes:
+        ok &= table.lens[: len(table)] <= max_bytes
+    kept = np.flatnonzero(ok)
     words = table.words(kept)
     by_word = sorted(range(len(kept)), key=words.__getitem__)
     order = np.asarray(by_word, dtype=np.int64)
@@ -51,13 +55,14 @@ def hold_out(words: list[bytes], counts: np.ndarray, path: str):
 
 
 def grow_vocab(old_words: list[bytes], old_counts: np.ndarray, seen, min_count: int,
-               max_vocab: int | None):
+               max_vocab: int | None, max_bytes: int = 0):
     """The vocabulary of a corpus grown by a new segment (``--append``). ``seen``: (word,
     count) of every distinct token of the new text. Old words keep their ids and gain the
     new counts (whatever those are); a word the corpus does not hold gets an id after them
     when its count *in the new text* reaches ``min_count`` (the old text's occurrences of a
     word below the threshold were dropped and never stored), count descending, ties by
-    word, while ``max_vocab`` (the whole vocabulary's bound) leaves room."""
+    word, while ``max_vocab`` (the whole vocabulary's bound) leaves room; a new word longer
+    than ``max_bytes`` (unless 0) is left out."""
     index = {w: i for i, w in enumerate(old_words)}
     counts = np.asarray(old_counts, dtype=np.int64).copy()
     fresh = []
@@ -65,7 +70,7 @@ def grow_vocab(old_words: list[bytes], old_counts: np.ndarray, seen, min_count: 
         i = index.get(w)
         if i is not None:
             counts[i] += int(c)
-        elif c >= min_count:
+        elif c >= min_count and not (max_bytes and len(w) > max_bytes):
             fresh.append((w, int(c)))
     fresh.sort(key=lambda wc: (-wc[1], wc[0]))
     if max_vocab is not None:
@@ -110,11 +115,11 @@ def choose_vocabulary(cfg: PreprocessConfig, total, totals: ScanStats):
         seen = zip(total.words(), total.counts[: len(total)].tolist()) if compiled else total.items()
         with corpus_io.Corpus(cfg.append) as base:   # verified by every rank before (pipeline)
             old = [w.encode("utf-8") for w in base.words]
-            return grow_vocab(old, base.counts, seen, cfg.min_count, cfg.max_vocab)
+            return grow_vocab(old, base.counts, seen, cfg.min_count, cfg.max_vocab, cfg.max_word_bytes)
     if isinstance(total, TokenTable):
-        words, counts = build_vocab_from_table(total, cfg.min_count, cfg.max_vocab)
+        words, counts = build_vocab_from_table(total, cfg.min_count, cfg.max_vocab, cfg.max_word_bytes)
     else:
-        words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab)
+        words, counts = build_vocab(total, cfg.min_count, cfg.max_vocab, cfg.max_word_bytes)
     if cfg.hold_out:
         words, counts = hold_out(words, counts, cfg.hold_out)
     if not words:

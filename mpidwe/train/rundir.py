@@ -48,6 +48,19 @@ def remove_if_empty(folders: list[str]) -> None:
             pass
 
 
+def take_back(cfg: TrainConfig, lock: DirLock) -> None:
+    """After a run failed on bad input before its first checkpoint: remove config.json and
+    metrics.jsonl where this run wrote them first, then the folders it made where they are
+    empty. Nothing that was there before the run is touched."""
+    if not checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints")):
+        for path in lock.new_files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    remove_if_empty(lock.made)
+
+
 def _old_run(cfg: TrainConfig) -> list[str]:
     """The files of an earlier run in RUN_DIR: its checkpoints and metrics log."""
     metrics = os.path.join(cfg.out, "metrics.jsonl")
@@ -65,6 +78,9 @@ def _take_run_dir(cfg: TrainConfig, log) -> DirLock:
         remove_if_empty(made)
         raise
     lock.made = made          # the folders to take back if the run fails before it starts
+    # and the files of a run that are not there yet (a failed start takes them back too)
+    lock.new_files = [p for p in (os.path.join(cfg.out, n) for n in ("config.json", "metrics.jsonl"))
+                      if not os.path.exists(p)]
     deathwatch.clear(cfg.out)
     for folder in (cfg.out, os.path.join(cfg.out, "checkpoints")):
         gone = remove_leftovers(folder)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from ..core.config import TrainConfig
+from ..core.errors import EXIT_USAGE, MpidweError
 from ..parallel import deathwatch
 from ..parallel.comm import Comm
 from ..parallel.store import Store, StoreSetup
@@ -17,7 +18,7 @@ from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Compute, Plan, choose_compute, make_plan, size_warnings
 from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
-from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
+from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty, take_back
 from .warm import warm_start
 
 DEMO_DIR = "demo"
@@ -146,6 +147,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
     plan = make_plan(cfg, comm, corpus, compute)
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
     kind = store_class(cfg, plan)
+    bad_input = False
     try:
         state, record, origin = load_state(cfg, plan, comm, corpus, kind, log)
         history = None if state is None else state.history
@@ -169,7 +171,12 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
         comm.barrier()    # the old marker is gone before any watcher starts
         deathwatch.start(cfg.out, comm.rank, comm.size, hint=f"; resume with --resume auto --out {cfg.out}")
         return trainer.run()
+    except MpidweError as e:
+        bad_input = e.exit_code == EXIT_USAGE
+        raise
     finally:
         if lock is not None:
             lock.release()
+            if bad_input:
+                take_back(cfg, lock)       # a failed start: no config.json where nothing trained
             remove_if_empty(lock.made)     # a failed start: no empty RUN_DIR is left
