@@ -337,16 +337,26 @@ def _rank_pid(run: Path, rank: int, proc) -> int:
 
 @pytest.mark.mpi
 def test_kill_9_of_one_preprocess_rank_names_it(tmp_path):
-    """A preprocess of 2 ranks whose rank 1 is killed while rank 0 still reads standard
-    input: one mpidwe line names the rank, as for training; a rerun clears the marker."""
+    """A preprocess of 2 ranks whose rank 1 is killed while rank 0 still reads a named pipe
+    (standard input under MPICH's mpiexec is refused): one mpidwe line names the rank, as for
+    training; a rerun clears the marker."""
     out = tmp_path / "c.h5"
-    cmd = mpi_command(2, ["-m", "mpidwe.preprocess", "-", "--output", str(out)])
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=mpi_env())
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    cmd = mpi_command(2, ["-m", "mpidwe.preprocess", str(fifo), "--output", str(out)])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
     marker = str(tmp_path / ".c.h5.rank-died").encode()
+    writer = None
     try:
-        proc.stdin.write("a b c\n" * 100)
-        proc.stdin.flush()                   # and left open: rank 0 waits for the rest
+        deadline = time.time() + 60
+        while writer is None:                # the pipe opens for writing once rank 0 reads it
+            assert time.time() < deadline and proc.poll() is None, proc.communicate()
+            try:
+                writer = os.fdopen(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "w")
+            except OSError:
+                time.sleep(0.1)
+        writer.write("a b c\n" * 100)
+        writer.flush()                       # and left open: rank 0 waits for the rest
         deadline, victim = time.time() + 60, None
         while victim is None:                # rank 1's watcher is up: its rank is watched
             assert time.time() < deadline and proc.poll() is None, proc.communicate()
@@ -364,6 +374,11 @@ def test_kill_9_of_one_preprocess_rank_names_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:                  # the reader is gone: the last bytes cannot go
+                pass
     assert proc.returncode != 0 and not out.exists()
     died = [ln for ln in err.splitlines() if "died without an error message" in ln]
     assert len(died) == 1 and died[0].startswith("mpidwe: error: rank 1 of 2 (pid ") and \
