@@ -28,7 +28,7 @@ from .common import split_sentences
 from .cpu import run_threads
 from .negative import skipgram_pair
 from .rows import Params
-from .sampling import below, lcg, prefetch_row, uniform
+from .sampling import lcg, prefetch_row, shrunk_window, subsample
 from .window import shared_window
 
 _S32 = np.uint64(32)
@@ -46,25 +46,15 @@ def window_pairs(tokens, sent_starts, keep_prob, window, position, rng_state):
     inp = np.empty(cap, np.int32)
     out = np.empty(cap, np.int32)
     kept = np.empty(n_tokens, np.int32)
+    raw_pos = np.empty(n_tokens, np.int64)
     n = 0
     n_sent = sent_starts.shape[0]
     for s in range(n_sent):
         beg = sent_starts[s]
         end = sent_starts[s + 1] if s + 1 < n_sent else n_tokens
-        m = 0
-        for i in range(beg, end):
-            word = tokens[i]
-            keep = keep_prob[word]
-            if keep < 1.0:
-                state = lcg(state)
-                if uniform(state) > keep:
-                    continue
-            kept[m] = word
-            m += 1
+        m, state = subsample(tokens, beg, end, keep_prob, state, kept, raw_pos, 0)
         for i in range(m):
-            state = lcg(state)
-            reach = window - below(state, window)
-            lo, hi = max(i - reach, 0), min(i + reach, m - 1)
+            state, lo, hi = shrunk_window(state, window, i, m)
             for j in range(lo, hi + 1):
                 if j != i:
                     inp[n] = kept[j]
