@@ -231,7 +231,46 @@ def test_a_checkpoint_from_before_wire_feedback_resumes_without_it(monkeypatch):
     assert cfg.wire_feedback == "auto"
     stored = {"corpus": "c.h5", "ranks": 4, "wire": "auto"}
     monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
-    assert resume._settings_to_adopt(cfg, frozenset(), 4) == {"wire_feedback": "off"}
-    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4) == {}
+    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {"wire_feedback": "off"}
+    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4)[0] == {}
     stored["wire_feedback"] = "auto"
-    assert resume._settings_to_adopt(cfg, frozenset(), 4) == {}
+    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {}
+
+
+def test_resume_auto_before_the_first_checkpoint_starts_the_run_again_as_it_was(corpus, tmp_path, monkeypatch):
+    """A run that stopped before its first checkpoint (a rank died, the guard tripped) has a
+    config.json and no checkpoint: the hint's ``--resume auto --out RUN`` starts it again with
+    that run's settings (corpus, dim, window, epochs), on the command line and in the Python
+    call, never the demo corpus at the defaults; a damaged config.json is one line."""
+    import json
+
+    import mpidwe
+    from mpidwe.train import runner
+
+    run = tmp_path / "r"
+    train(1, corpus, run, "--dim", "12", "--window", "3", "--epochs", "2")
+    for p in checkpoint.list_checkpoints(str(run / "checkpoints")):
+        os.unlink(p)                              # as if it died before its first checkpoint
+    proc = run_mpi(1, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto", "--threads", "1",
+                       "--no-progress"], cwd=tmp_path, timeout=120)
+    assert "no checkpoint yet" in proc.stdout and not (tmp_path / "demo").exists()
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["corpus"], cfg["dim"], cfg["window"], cfg["epochs"]) == (str(corpus), 12, 3, 2)
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(run / "checkpoints"))[-1])
+    assert ck.complete and ck.w_in.shape[1] == 12
+
+    for p in checkpoint.list_checkpoints(str(run / "checkpoints")):
+        os.unlink(p)
+    monkeypatch.setattr(runner, "ensure_demo_corpus", lambda *a, **k: pytest.fail("trained the demo corpus"))
+    model = mpidwe.train(out=str(run), resume="auto", threads=1, progress=False)
+    assert model.vectors.shape[1] == 12
+    assert json.loads((run / "config.json").read_text())["window"] == 3
+
+    for p in checkpoint.list_checkpoints(str(run / "checkpoints")):
+        os.unlink(p)
+    (run / "config.json").write_bytes(b"{ not json")
+    proc = run_mpi(1, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto"], cwd=tmp_path, check=False,
+                   timeout=60)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and "config.json cannot be read" in lines[0], proc.stderr
+    assert (run / "config.json").read_bytes() == b"{ not json"
