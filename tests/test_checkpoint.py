@@ -57,6 +57,23 @@ def test_keeps_the_newest(tmp_path):
     assert names == ["ckpt-000000004.h5", "ckpt-000000005.h5"]
 
 
+def test_rotation_keeps_checkpoints_newer_than_the_one_written(tmp_path):
+    """A resume skipped damaged newer checkpoints (the damage may be a passing network
+    filesystem error): the checkpoints the resumed run writes rotate only the older ones."""
+    for r in (10, 20, 30):
+        checkpoint.save(str(tmp_path), make(r), keep=2)
+    newest = tmp_path / "ckpt-000000030.h5"
+    damaged = bytearray(newest.read_bytes())
+    damaged[-100] ^= 0xFF
+    newest.write_bytes(bytes(damaged))
+    assert checkpoint.latest_valid(str(tmp_path)).progress.round == 20
+    for r in (24, 26):
+        checkpoint.save(str(tmp_path), make(r), keep=2)
+    names = [os.path.basename(p) for p in checkpoint.list_checkpoints(str(tmp_path))]
+    assert names == ["ckpt-000000024.h5", "ckpt-000000026.h5", "ckpt-000000030.h5"]
+    assert newest.read_bytes() == bytes(damaged)
+
+
 def test_damage_is_detected_and_skipped(tmp_path):
     good = checkpoint.save(str(tmp_path), make(1))
     newest = checkpoint.save(str(tmp_path), make(2))

@@ -153,12 +153,19 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3, parts: list[dict] |
     except OSError as e:   # a full or failing disk: atomic_path has removed the partial file
         raise InputError(f"cannot write checkpoint {path}: {reason(e)}; the earlier checkpoints "
                          f"are kept") from None
-    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+    # checkpoints newer than this one (damaged ones a resume skipped: the damage may pass, a
+    # network filesystem's) are kept; of this one and the older, the newest ``keep``
+    older = [p for p in list_checkpoints(directory) if _round_of(p) <= ckpt.progress.round]
+    for old in older[:-keep] if keep > 0 else []:
         os.unlink(old)
         if os.path.exists(char_model_path(old)):     # of no use without its checkpoint
             os.unlink(char_model_path(old))
     remove_stale_parts(directory)
     return path
+
+
+def _round_of(path: str) -> int:
+    return int(NAME_RE.match(os.path.basename(path)).group(1))
 
 
 def _write_sealed(path: str, fill) -> None:
@@ -356,7 +363,7 @@ def remove_stale_parts(directory: str, orphans: bool = False) -> list[str]:
     crash between the parts and the checkpoint). Parts of rounds newer than every checkpoint
     may be the ones being written right now, and are kept unless ``orphans`` (at the start
     of a run, which holds the run directory's lock: no rank of another run writes there)."""
-    kept = {int(NAME_RE.match(os.path.basename(p)).group(1)) for p in list_checkpoints(directory)}
+    kept = {_round_of(p) for p in list_checkpoints(directory)}
     newest = max(kept, default=-1)
     gone = []
     for p in glob.glob(os.path.join(directory, "ckpt-*.part-*.h5")):
