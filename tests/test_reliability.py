@@ -1,0 +1,39 @@
+"""Bad input to the readers and the command line: one line, exit 2, nothing allocated
+from a header or shape the file cannot back, no traceback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mpidwe
+from mpidwe.core.errors import InputError
+from mpidwe.io.vectors import write_word2vec
+
+from conftest import run_py
+
+HUGE = b"2000000000 16\n"
+
+
+def one_line(proc, text):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and text in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_word2vec_header_larger_than_the_file_is_one_line(tmp_path, binary):
+    """'2000000000 16' as the header of a small file asked numpy for 119 GiB (a traceback in
+    inspect, evaluate and load): the header is bounded by the file's size first."""
+    path = tmp_path / "v.w2v"
+    write_word2vec(str(path), ["a", "b", "c"], np.eye(3, 16, dtype=np.float32), binary=binary)
+    data = path.read_bytes()
+    path.write_bytes(HUGE + data[data.index(b"\n") + 1:])
+    with pytest.raises(InputError, match="the header announces 2,000,000,000 vectors of dimension 16"):
+        mpidwe.load(str(path))
+    one_line(run_py(["-m", "mpidwe.inspect", str(path), "neighbors", "a"]), "the header announces")
+    pairs = tmp_path / "sim.tsv"
+    pairs.write_text("a\tb\t1\na\tc\t2\nb\tc\t3\n")
+    one_line(run_py(["-m", "mpidwe.evaluate", str(path), "--similarity", str(pairs)]), "the header announces")
+    path.write_bytes(b"1 2000000000\n" + data[data.index(b"\n") + 1:])
+    with pytest.raises(InputError, match="vectors of dimension 2,000,000,000"):
+        mpidwe.load(str(path))
