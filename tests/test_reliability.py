@@ -37,3 +37,23 @@ def test_a_word2vec_header_larger_than_the_file_is_one_line(tmp_path, binary):
     path.write_bytes(b"1 2000000000\n" + data[data.index(b"\n") + 1:])
     with pytest.raises(InputError, match="vectors of dimension 2,000,000,000"):
         mpidwe.load(str(path))
+
+
+@pytest.mark.parametrize("kind", ["folder", "latin-1"])
+def test_a_config_file_that_is_a_folder_or_not_utf8_is_one_line(tmp_path, kind):
+    """--config naming a folder or a non-UTF-8 file: one line, exit 2 (it was a traceback,
+    once per rank under mpiexec), in train and warm."""
+    from conftest import error_lines, run_mpi
+
+    path = tmp_path / "conf"
+    if kind == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes("dim = 16 # \xe9t\xe9\n".encode("latin-1"))
+    why = "is a folder" if kind == "folder" else "is not UTF-8"
+    for module in ("mpidwe.train", "mpidwe.warm"):
+        proc = run_py(["-m", module, "--config", str(path), "--out", str(tmp_path / "run")], timeout=120)
+        one_line(proc, why)
+    proc = run_mpi(2, ["-m", "mpidwe.train", "--config", str(path), "--out", str(tmp_path / "run")], check=False)
+    assert proc.returncode == 2 and len(error_lines(proc.stderr)) == 1 and why in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
