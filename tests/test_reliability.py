@@ -57,3 +57,27 @@ def test_a_config_file_that_is_a_folder_or_not_utf8_is_one_line(tmp_path, kind):
     proc = run_mpi(2, ["-m", "mpidwe.train", "--config", str(path), "--out", str(tmp_path / "run")], check=False)
     assert proc.returncode == 2 and len(error_lines(proc.stderr)) == 1 and why in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("byte,mask", [(7, 0x80), (5, 0xFF)], ids=["sign-bit", "huge"])
+def test_damaged_sentence_starts_without_verification_are_one_line(tmp_path, byte, mask):
+    """--no-verify-corpus skips the chunk digests: a damaged sentence start then gave a
+    ValueError traceback from the kernel's check (a huge one) or trained with sentences
+    merged (a sign-bit flip, exit 0). Either is one line, exit 2, and no model is written."""
+    import h5py
+
+    from conftest import make_demo_corpus
+
+    corpus = make_demo_corpus(tmp_path / "demo", tokens=20_000, seed=4) / "corpus.h5"
+    with h5py.File(corpus, "r") as f:
+        offset, n = f["sentences"].id.get_offset(), len(f["sentences"])
+    with open(corpus, "r+b") as fh:          # sentence n // 2, little-endian int64
+        fh.seek(offset + 8 * (n // 2) + byte)
+        value = fh.read(1)[0]
+        fh.seek(-1, 1)
+        fh.write(bytes([value ^ mask]))
+    out = tmp_path / "run"
+    proc = run_py(["-m", "mpidwe.train", "--corpus", str(corpus), "--out", str(out), "--no-verify-corpus",
+                   "--dim", "8", "--epochs", "1", "--threads", "1", "--no-progress"], timeout=120)
+    one_line(proc, "sentence starts are out of order")
+    assert not list(out.glob("checkpoints/ckpt-*.h5")) and not (out / "vectors.txt").exists()
