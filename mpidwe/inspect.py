@@ -383,26 +383,6 @@ def check_output(path: str) -> None:
         raise InputError(f"cannot write {path}: folder {parent} is not writable (permission denied)")
 
 
-def check_not_source(output: str, source: str) -> None:
-    """Refuse to write over what the command reads or any checkpoint: the source file itself,
-    a file of the source run's checkpoints folder, or any HDF5 file (a checkpoint, its parts,
-    a character model, a corpus), even with --force."""
-    from .io import checkpoint
-    from .io.formats import is_hdf5
-
-    out, src = os.path.realpath(output), os.path.realpath(source)
-    if os.path.isdir(src):
-        folder = src if checkpoint.list_checkpoints(src) else os.path.realpath(checkpoint.run_checkpoints(src))
-    else:
-        folder = os.path.dirname(src) if os.path.basename(os.path.dirname(src)) == "checkpoints" else None
-    why = ("it is the file this command reads" if out == src else
-           f"it is in the checkpoints folder of {source}" if os.path.dirname(out) == folder else
-           "it is an HDF5 file (a checkpoint, a part of one, a character model or a corpus)" if is_hdf5(out)
-           else None)
-    if why:
-        raise InputError(f"cannot write {output}: {why}; choose another output")
-
-
 @contextlib.contextmanager
 def writing(path: str):
     """An OSError while ``path`` is written (a full disk, a folder that turned read-only)
@@ -549,6 +529,8 @@ def run(argv=None) -> int:
     command = a.command or "summary"
     if command in ("plot", "export"):
         check_output(a.output)
+        from .io.checkpoint import check_not_source
+
         check_not_source(a.output, a.path)
     if command == "fit-chars":
         r = fit_chars(a)

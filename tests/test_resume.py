@@ -274,3 +274,33 @@ def test_resume_auto_before_the_first_checkpoint_starts_the_run_again_as_it_was(
     lines = error_lines(proc.stderr)
     assert proc.returncode == 2 and len(lines) == 1 and "config.json cannot be read" in lines[0], proc.stderr
     assert (run / "config.json").read_bytes() == b"{ not json"
+
+
+STOP_TIERS = ("--sync", "dense", "--wire", "int4", "--sync-full", "4", "--sync-hot", "64", "--sync-every", "5000")
+
+
+@pytest.mark.parametrize("ranks,extra", [(3, STOP_TIERS), (2, ("--overlap", "--sync-every", "5000"))],
+                         ids=["3-tiers-int4-feedback", "2-overlap"])
+def test_sigterm_then_resume_is_exact_in_tiers_and_with_overlap(corpus, tmp_path, ranks, extra):
+    """A stop (SIGTERM, Slurm's requeue) flushes its checkpoint, which a run in tiers (changes
+    waiting, error-feedback residuals) or with --overlap (an exchange in flight) would not have
+    done there: every rank keeps what the flush changes beside the checkpoint, and the resume
+    on as many ranks takes it back, so the run ends bit-identical to an uninterrupted one."""
+    flags = ("--epochs", "4", *extra)
+    full = tmp_path / "full"
+    train(ranks, corpus, full, *flags, timeout=300)
+    out = tmp_path / "stopped"
+    proc = _start(ranks, corpus, out, *flags)
+    _wait_for_metrics(proc, out)
+    for pid in _rank_pids(proc.pid):
+        os.kill(pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 75, stderr
+    stop = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert 0 < stop.progress.round < stop.progress.rounds
+    names = sorted(os.listdir(out / "checkpoints"))
+    assert [n for n in names if ".rank-" in n] == [f"ckpt-{stop.progress.round:09d}.rank-{r:05d}-of-{ranks:05d}.h5"
+                                                   for r in range(ranks)]
+    proc = train(ranks, corpus, out, *flags, "--resume", "auto", timeout=300)
+    assert "resuming exactly" in proc.stdout
+    assert final_params(out) == final_params(full)

@@ -66,6 +66,7 @@ D_METRICS = "metrics/history"
 
 NAME_RE = re.compile(r"^ckpt-(\d{9})\.h5$")
 PART_RE = re.compile(r"^ckpt-(\d{9})\.part-(\d{5})-of-(\d{5})\.h5$")
+RANK_RE = re.compile(r"^ckpt-(\d{9})\.rank-(\d{5})-of-(\d{5})\.h5$")   # io/rankstate.py
 
 
 @dataclass
@@ -423,8 +424,8 @@ def remove_stale_parts(directory: str, orphans: bool = False) -> list[str]:
     kept = {_round_of(p) for p in list_checkpoints(directory)}
     newest = max(kept, default=-1)
     gone = []
-    for p in glob.glob(os.path.join(directory, "ckpt-*.part-*.h5")):
-        m = PART_RE.match(os.path.basename(p))
+    for p in glob.glob(os.path.join(directory, "ckpt-*.part-*.h5")) + glob.glob(os.path.join(directory, "ckpt-*.rank-*.h5")):
+        m = PART_RE.match(os.path.basename(p)) or RANK_RE.match(os.path.basename(p))
         if m and int(m.group(1)) not in kept and (orphans or int(m.group(1)) <= newest):
             try:
                 os.unlink(p)
@@ -444,6 +445,25 @@ def run_checkpoints(path: str) -> str:
     own = os.path.join(path, "checkpoints")
     live = os.path.join(path, LIVE, "checkpoints")
     return live if not os.path.isdir(own) and os.path.isdir(live) else own
+
+
+def check_not_source(output: str, source: str) -> None:
+    """Refuse an output (``inspect export``/``plot``, even with --force) that is the file read
+    (``source``), in its run's checkpoints folder, or any HDF5 file (a checkpoint, a part of
+    one, a character model, a corpus)."""
+    from .formats import is_hdf5
+
+    out, src = os.path.realpath(output), os.path.realpath(source)
+    if os.path.isdir(src):
+        folder = src if list_checkpoints(src) else os.path.realpath(run_checkpoints(src))
+    else:
+        folder = os.path.dirname(src) if os.path.basename(os.path.dirname(src)) == "checkpoints" else None
+    why = ("it is the file this command reads" if out == src else
+           f"it is in the checkpoints folder of {source}" if os.path.dirname(out) == folder else
+           "it is an HDF5 file (a checkpoint, a part of one, a character model or a corpus)" if is_hdf5(out)
+           else None)
+    if why:
+        raise InputError(f"cannot write {output}: {why}; choose another output")
 
 
 def list_checkpoints(directory: str) -> list[str]:

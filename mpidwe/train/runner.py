@@ -16,7 +16,7 @@ from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Compute, Plan, choose_compute, make_plan
-from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
+from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state, needs_replan
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty
 from .warm import warm_start
 
@@ -129,6 +129,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
     try:
         state, record, origin = load_state(cfg, plan, comm, corpus, kind, log)
         history = None if state is None else state.history
+        exact = state is not None and not needs_replan(state.progress, plan, comm.size)
         if state is not None:
             plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
         comm.on_root(_check_run_dir, cfg, state is not None)
@@ -139,6 +140,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
                 origin = plan.resolved["init_from"]["path"]
         setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"])
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
+        if exact and trainer.store.restore_exact(os.path.dirname(origin), state.progress.round) and log:
+            log("resuming exactly where the stop left every rank (its waiting changes, residuals and exchange)")
         trainer.carry_chars(origin)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         if log and plan.binding:
