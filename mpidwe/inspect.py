@@ -539,6 +539,9 @@ def run(argv=None) -> int:
     command = a.command or "summary"
     if command in ("plot", "export"):
         check_output(a.output)
+        from .io.checkpoint import check_not_source
+
+        check_not_source(a.output, a.path)
     if command == "fit-chars":
         r = fit_chars(a)
         print(json.dumps(r) if a.json else f"wrote {r['char_model']} (fitted to {r['fitted_words']:,} words of "

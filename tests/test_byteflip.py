@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 KINDS = ("corpus", "checkpoint", "cache")
+SHARDED_KINDS = ("sharded", "sharded part")     # a sharded checkpoint and one of its parts
 DEADLINE = 10.0                      # seconds one flip may take, reader included
 OK = ("refused", "same")             # the only acceptable outcomes
 CACHE_KEY = dict(corpus_id="c0ffee" * 10 + "c0ff", window=3, negatives=2, dim=4, top_n=40, alpha=0.5)
@@ -95,7 +96,13 @@ def make_cache(directory: Path) -> Path:
     return path
 
 
-MAKERS = {"corpus": make_corpus, "checkpoint": make_checkpoint, "cache": make_cache}
+def make_sharded_part(directory: Path) -> Path:
+    """Part 1 of a sharded checkpoint (the flips hit it; the reader loads its checkpoint)."""
+    return make_sharded(directory).parent / "ckpt-000000004.part-00001-of-00002.h5"
+
+
+MAKERS = {"corpus": make_corpus, "checkpoint": make_checkpoint, "cache": make_cache,
+          "sharded": lambda d: make_sharded(d), "sharded part": lambda d: make_sharded_part(d)}
 
 
 # ------------------------------------------------------------ what each reader returns
@@ -130,6 +137,23 @@ def read_checkpoint(path: str) -> str:
     ck = checkpoint.load(path)
     return _digest(ck.words, ck.counts, ck.w_in, ck.w_out, ck.state.rng_state, ck.progress.__dict__,
                    ck.metrics, ck.config, ck.corpus_id, ck.corpus_path, ck.created, ck.tool_version, ck.complete)
+
+
+def read_sharded(path: str) -> str:
+    """A sharded checkpoint as its readers take it: whole (mpidwe.load, inspect), streamed
+    (export) and by rank (a sharded resume on another number of ranks); its virtual datasets
+    and part list included."""
+    from mpidwe.io import checkpoint
+
+    ck = checkpoint.load(path)
+    streamed = [np.concatenate(m) for m in zip(*((i, o) for _, i, o in
+                                                  checkpoint.iter_rows(checkpoint.load(path, params=False), 16)))]
+    by_rank = [m for r in range(3) for m in checkpoint.read_rows(path, ck.parts, len(ck.words), r, 3, 16)]
+    return _digest(read_checkpoint(path), *streamed, *by_rank)
+
+
+def read_sharded_part(path: str) -> str:
+    return read_sharded(os.path.join(os.path.dirname(path), "ckpt-000000004.h5"))
 
 
 def read_cache(path: str) -> str:
@@ -196,6 +220,7 @@ def read_corpus_inspect(path: str) -> str:
 
 
 READERS = {"corpus": read_corpus, "checkpoint": read_checkpoint, "cache": read_cache,
+           "sharded": read_sharded, "sharded part": read_sharded_part,
            "corpus-pip": read_corpus_pip, "corpus-append": read_corpus_append,
            "corpus-inspect": read_corpus_inspect}
 COMMANDS = {"train": "corpus", "evaluate --pip-reference": "corpus-pip", "preprocess --append": "corpus-append",
@@ -281,6 +306,11 @@ def worker(kind: str, original: str, expected: str, scratch: str, todo: str) -> 
     data = Path(original).read_bytes()
     reader = READERS[kind]
     target = os.path.join(scratch, os.path.basename(original))
+    if kind.startswith("sharded"):      # the checkpoint and its parts beside the flipped one
+        folder = os.path.dirname(original)
+        for name in os.listdir(folder):
+            if name.startswith("ckpt-") and name != os.path.basename(original):
+                Path(scratch, name).write_bytes(Path(folder, name).read_bytes())
     Path(target).write_bytes(data)
     fd = os.open(target, os.O_RDWR)   # flipped and restored in place: rewriting costs 1 ms a flip
     previous = 0
@@ -434,6 +464,22 @@ def test_every_region_fails_fast(files, kind):
     assert {label_of(off, regs) for off, _ in flips} >= {"seal", "metadata", "global heap", "B-tree", "local heap"}
 
 
+@pytest.mark.parametrize("kind", SHARDED_KINDS)
+def test_sharded_checkpoint_flips_fail_fast(tmp_path, kind):
+    """A sharded checkpoint (its virtual datasets' mapping and part list included) and one of
+    its parts, every 5th byte and every byte that names a part file: each flip is refused in
+    one line or leaves what every reader gives (whole, streamed, by rank) unchanged."""
+    path = str(MAKERS[kind](tmp_path))
+    data = Path(path).read_bytes()
+    names = {i for at in range(len(data)) if data.startswith(b".part-0000", at) for i in range(at - 14, at + 25)}
+    offsets = sorted(set(choose_offsets(path, 64)[::5]) | names)
+    flips = [(off, MASKS[i % len(MASKS)]) for i, off in enumerate(offsets)]
+    results = campaign(kind, path, flips, jobs=2)
+    assert len(results) == len(flips)
+    assert not bad(results), summarize(kind, path, results) + f"\nfirst bad: {bad(results)[:10]}"
+    assert kind == "sharded part" or len(names) >= 4 * 39
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_corpus_data_flips_are_refused_by_every_command(files, command):
     """A byte of the token ids or the sentence starts (the ranges the seal leaves to the
@@ -481,6 +527,7 @@ CRAFTED = {
     "corpus": (make_corpus, ".", "tokens"),
     "checkpoint": (make_checkpoint, ".", "params/w_in"),
     "checkpoint part": (make_sharded, "ckpt-000000004.part-00001-of-00002.h5", "params/w_out"),
+    "sharded checkpoint": (make_sharded, ".", "params/w_in"),
     "character model": (make_char_model, ".", "params/embed.weight"),
     "PIP reference cache": (make_cache, ".", "references/" + "window=3,negatives=2,dim=4,top_n=40,"
                             "alpha=0.5/embedding"),
@@ -491,6 +538,7 @@ CRAFTED_READERS = {
     "corpus": "from mpidwe.io.corpus import Corpus\nCorpus(PATH).verify()",
     "checkpoint": "import mpidwe\nmpidwe.load(PATH)",
     "checkpoint part": "from mpidwe.io import checkpoint\ncheckpoint.load(PATH)",
+    "sharded checkpoint": "import mpidwe\nmpidwe.load(PATH)",
     "character model": "from mpidwe.io import charfile, checkpoint\ncharfile.read_char_model(checkpoint.load("
                        "PATH.replace('.chars.h5', '.h5')))",
     "PIP reference cache": "from mpidwe.io import refcache\nfrom test_byteflip import CACHE_KEY\n"
@@ -564,7 +612,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", nargs=5, metavar=("KIND", "FILE", "EXPECTED", "SCRATCH", "TODO"),
                     help=argparse.SUPPRESS)
-    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--kinds", default=",".join(KINDS + SHARDED_KINDS))
     ap.add_argument("--stride", type=int, default=64, help="large arrays: every K-th byte (the rest: every byte)")
     ap.add_argument("--every-byte", action="store_true", help="flip every byte of the file")
     ap.add_argument("--masks", default="ff", help="comma-separated XOR masks, hex")

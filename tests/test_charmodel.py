@@ -220,3 +220,50 @@ def test_corrupt_makes_one_edit_and_fit_is_seeded():
         fit(words, vecs, CharModelOptions(hidden=0))
     with pytest.raises(InputError, match="no word with a finite"):
         fit(words, np.zeros_like(vecs), o)
+
+
+@pytest.mark.parametrize("edit,why", [
+    ({"options": {"hidden": 30000}}, "do not match its options"),
+    ({"options": {"mlp": 8000}}, "do not match its options"),
+    ({"dim": 9}, "makes vectors of 9 dimensions"),
+    ({"scale": float("nan")}, "scale is nan"),
+    ({"scale": float("inf")}, "scale is inf"),
+    ({"alphabet": ["a", "a"]}, "distinct characters"),
+    ({"weights": "nan"}, "NaN or infinite"),
+])
+def test_an_edited_model_is_refused_before_the_network_is_built(tmp_path, monkeypatch, edit, why):
+    """Options edited to a huge hidden size (2.25 GB at 8000 from a 45 KB file), a dimension
+    or alphabet that does not fit, a NaN scale or NaN weights, the file resealed: one line,
+    exit 2, and no network is built from it (no NaN vectors, no gigabytes)."""
+    import math
+
+    from mpidwe.core import charmodel
+    from mpidwe.io.digests import content_sha256
+    from mpidwe.io.formats import reseal
+    from test_checkpoint import make
+
+    ck = make(3, v=20, d=4)
+    path = checkpoint.save(str(tmp_path / "checkpoints"), ck)
+    ck = checkpoint.load(path)
+    small = CharModelOptions(hidden=4, mlp=6, char_dim=3)
+    model = charmodel.CharModel(["a", "b", "w"], 4, small, 2.0)
+    chars = charfile.save_char_model(ck, model.meta(), model.state(), "input")
+    assert mpidwe.load(path).oov.vector("wab").shape == (4,)
+    with h5py.File(chars, "r+") as f:
+        meta = json.loads(f.attrs[charfile.A_META])
+        if "weights" in edit:
+            f["params/mlp.2.bias"][0] = math.nan
+        for k, v in edit.items():
+            if k == "options":
+                meta["options"].update(v)
+            elif k != "weights":
+                meta[k] = v
+        f.attrs[charfile.A_META] = json.dumps(meta)
+        f.attrs[checkpoint.A_CONTENT] = content_sha256(f)
+    reseal(chars)
+    monkeypatch.setattr(charmodel, "_net", lambda *a: pytest.fail("built the network"))
+    with pytest.raises(InputError, match=why):
+        mpidwe.load(path)
+    monkeypatch.undo()
+    if edit in ({"options": {"hidden": 30000}}, {"scale": float("inf")}):       # the command: one line, exit 2
+        one_error(run_py(["-m", "mpidwe.inspect", path, "vectors", "wab"]), why)

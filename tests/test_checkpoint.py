@@ -57,6 +57,23 @@ def test_keeps_the_newest(tmp_path):
     assert names == ["ckpt-000000004.h5", "ckpt-000000005.h5"]
 
 
+def test_rotation_keeps_checkpoints_newer_than_the_one_written(tmp_path):
+    """A resume skipped damaged newer checkpoints (the damage may be a passing network
+    filesystem error): the checkpoints the resumed run writes rotate only the older ones."""
+    for r in (10, 20, 30):
+        checkpoint.save(str(tmp_path), make(r), keep=2)
+    newest = tmp_path / "ckpt-000000030.h5"
+    damaged = bytearray(newest.read_bytes())
+    damaged[-100] ^= 0xFF
+    newest.write_bytes(bytes(damaged))
+    assert checkpoint.latest_valid(str(tmp_path)).progress.round == 20
+    for r in (24, 26):
+        checkpoint.save(str(tmp_path), make(r), keep=2)
+    names = [os.path.basename(p) for p in checkpoint.list_checkpoints(str(tmp_path))]
+    assert names == ["ckpt-000000024.h5", "ckpt-000000026.h5", "ckpt-000000030.h5"]
+    assert newest.read_bytes() == bytes(damaged)
+
+
 def test_damage_is_detected_and_skipped(tmp_path):
     good = checkpoint.save(str(tmp_path), make(1))
     newest = checkpoint.save(str(tmp_path), make(2))
@@ -155,3 +172,104 @@ def test_checkpoints_are_sealed(tmp_path):
     open(path, "wb").write(bytes(bad))
     with pytest.raises(InputError, match="is damaged: the file fails its checksum"):
         checkpoint.load(path)
+
+
+# ------------------------------------------------------------ sharded checkpoints, edited
+def _sharded(folder, round_=7, v=11, world=3, seed=0):
+    ck = make(round_, v=v, d=4)
+    if seed:
+        ck.state.w_in += seed
+        ck.state.w_out -= seed
+    parts = [checkpoint.save_part(str(folder), round_, r, world, v, ck.w_in[r::world], ck.w_out[r::world])
+             for r in range(world)]
+    return ck, checkpoint.save(str(folder), ck, parts=parts)
+
+
+def _remap(path, files):
+    """Point the virtual datasets' part r at files[r] (as h5py can), then seal the file again."""
+    with h5py.File(path, "r+") as f:
+        for name in (checkpoint.D_W_IN, checkpoint.D_W_OUT):
+            per, world, dim = f[name].shape
+            rows = [s[1] for s in json_parts(f)]
+            layout = h5py.VirtualLayout(shape=(per, world, dim), dtype=np.float32)
+            for r, file in enumerate(files):
+                layout[:rows[r], r, :] = h5py.VirtualSource(file, name, shape=(rows[r], dim))
+            del f[name]
+            f.create_virtual_dataset(name, layout, fillvalue=np.nan)
+    reseal(path)
+
+
+def json_parts(f):
+    import json
+
+    return [(p["file"], p["rows"]) for p in json.loads(f.attrs[checkpoint.A_PARTS])]
+
+
+def _read_everywhere(path):
+    """What the readers give: mpidwe.load, the streamed export, and a resume's rows by rank."""
+    import mpidwe
+
+    whole = mpidwe.load(path).vectors
+    streamed = np.concatenate([i for _, i, _ in checkpoint.iter_rows(checkpoint.load(path, params=False), 4)])
+    ck = checkpoint.load(path, params=False)
+    by_rank = [checkpoint.read_rows(path, ck.parts, len(ck.words), r, p, 4)[0] for p in (2, 3) for r in range(p)]
+    return whole, streamed, by_rank
+
+
+def test_sharded_readers_refuse_virtual_datasets_that_do_not_map_the_part_list(tmp_path):
+    """The content checksum leaves the virtual datasets out (the parts have their own): one
+    pointed at another checkpoint's part, or at a missing file, is refused by every reader,
+    never read as another model or as NaN rows; a part removed after loading is one line."""
+    from mpidwe import inspect
+
+    ck, path = _sharded(tmp_path / "a")
+    _, other = _sharded(tmp_path / "b", seed=5)
+    whole, streamed, by_rank = _read_everywhere(path)
+    assert np.array_equal(whole, ck.w_in) and np.array_equal(streamed, ck.w_in)
+    assert all(np.array_equal(m, ck.w_in[r::p]) for m, (p, r) in zip(by_rank, [(2, 0), (2, 1), (3, 0), (3, 1), (3, 2)]))
+    names = [f"ckpt-000000007.part-0000{r}-of-00003.h5" for r in range(3)]
+    for swap in (os.path.join("..", "b", names[1]), "gone.h5"):
+        edited = tmp_path / "a" / "ckpt-000000007.h5"
+        _remap(str(edited), [names[0], swap, names[2]])
+        for read in (checkpoint.load, lambda p: _read_everywhere(p)):
+            with pytest.raises(InputError, match="virtual dataset /params/w_in does not map"):
+                read(str(edited))
+        out = tmp_path / "v.txt"
+        assert inspect.main([str(edited), "export", "-o", str(out)]) == 2 and not out.exists()
+        _remap(str(edited), names)
+    assert np.array_equal(_read_everywhere(path)[1], ck.w_in)
+    loaded = checkpoint.load(path, params=False)
+    os.unlink(tmp_path / "a" / names[2])
+    with pytest.raises(InputError, match="is missing"):
+        list(checkpoint.iter_rows(loaded, 4))
+    with pytest.raises(InputError, match="is missing"):
+        checkpoint.read_rows(path, loaded.parts, len(loaded.words), 0, 2, 4)
+
+
+@pytest.mark.parametrize("name", ["absolute", "parent", "other round", "other rank", "rows"])
+def test_sharded_part_list_names_only_what_the_writer_makes(tmp_path, name):
+    """An edited part list (resealed, its checksums made to match) that names an absolute or
+    ../ path, another round's or rank's part, or other row counts is refused: a resume would
+    otherwise train from another file's rows."""
+    import json
+
+    from mpidwe.io.digests import content_sha256
+
+    ck, path = _sharded(tmp_path / "a")
+    _sharded(tmp_path / "b", seed=5)
+    _sharded(tmp_path / "a", round_=8, seed=7)
+    with h5py.File(path, "r") as f:
+        parts = json.loads(f.attrs[checkpoint.A_PARTS])
+    theirs = checkpoint.load(str(tmp_path / "b" / "ckpt-000000007.h5"), params=False).parts[1]
+    eighth = checkpoint.load(str(tmp_path / "a" / "ckpt-000000008.h5"), params=False).parts[1]
+    parts[1] = {"absolute": dict(theirs, file=str(tmp_path / "b" / theirs["file"])),
+                "parent": dict(theirs, file=os.path.join("..", "b", theirs["file"])),
+                "other round": eighth, "other rank": dict(parts[2], rank=1),
+                "rows": dict(parts[1], rows=2_000_000_000)}[name]
+    with h5py.File(path, "r+") as f:
+        f.attrs[checkpoint.A_PARTS] = json.dumps(parts, sort_keys=True)
+        f.attrs[checkpoint.A_CHECKSUM] = checkpoint.parts_sha256(parts)
+        f.attrs[checkpoint.A_CONTENT] = content_sha256(f)
+    reseal(path)
+    with pytest.raises(InputError, match="its part list names"):
+        checkpoint.load(path, params=False)

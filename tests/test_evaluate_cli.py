@@ -60,7 +60,9 @@ def test_gensim_files_load_both_ways(tmp_path, binary):
 @pytest.mark.parametrize("text,msg", [
     ("2 3\na 1 2 3\nb 1 2\n", r"v.txt:3: expected a word and 3 numbers"),
     ("2 3\na 1 2 3\nb 1 x 3\n", r"v.txt:3: 'x' is not a number"),
-    ("3 3\na 1 2 3\nb 1 2 3\n", r"v.txt:\d+: file ends after 2 of the 3 vectors"),
+    ("3 3\na 1 2 3\nb 1 2 3\n", r"v.txt:1: the header announces 3 vectors of dimension 3; the 16 bytes after it "
+                                r"hold at most 2"),
+    ("3 3\na 1 2 3\nb 1.0 2.0 3.0\n", r"v.txt:\d+: file ends after 2 of the 3 vectors"),
     ("1 3\na 1 2 3\nb 1 2 3\n", r"v.txt:3: more vectors than the 1"),
     ("a 1 2 3\n", r"v.txt: unknown vectors file"),
     ("", r"v.txt: unknown vectors file"),

@@ -210,6 +210,20 @@ def test_follow_refuses_bad_setups(setup, tmp_path):
     assert proc.returncode == 2 and "leave out --segments" in error_lines(proc.stderr)[0]
 
 
+def test_follow_refuses_an_out_or_corpus_inside_the_watched_folder(setup, tmp_path):
+    """Its own vectors.txt and follow.json (or the corpus) would be taken as new text."""
+    corpus, inbox, texts = setup
+    drop(inbox, "a.txt", texts[0])
+    inner = inbox / "corpus.h5"
+    inner.write_bytes(corpus.read_bytes())
+    for out, corp in ((inbox, corpus), (inbox / "run", corpus), (tmp_path / "r", inner)):
+        proc = run_py(["-m", "mpidwe.train", "--corpus", str(corp), "--follow", str(inbox), "--out", str(out),
+                       *FLAGS, "--follow-exit-idle"], timeout=60)
+        lines = error_lines(proc.stderr)
+        assert proc.returncode == 2 and len(lines) == 1 and "inside --follow" in lines[0], proc.stderr
+    assert sorted(os.listdir(inbox)) == ["a.txt", "corpus.h5"] and not (tmp_path / "r").exists()
+
+
 @pytest.mark.mpi
 def test_sigterm_during_a_step_exits_75_and_the_restart_finishes_that_step(setup, tmp_path):
     corpus, inbox, texts = setup

@@ -162,6 +162,28 @@ def test_export_and_plot_to_unusable_path(run_dir, tmp_path, command, case):
     assert sorted(os.walk(tmp_path)) == before
 
 
+def test_export_and_plot_never_write_over_a_source_or_a_checkpoint(run_dir, tmp_path):
+    """Even with --force: the checkpoint read (named or found in the run), any file of the
+    run's checkpoints folder, the word2vec file read, and any HDF5 file elsewhere."""
+    run = run_dir / "run"
+    ckpts = checkpoint.list_checkpoints(str(run / "checkpoints"))
+    other = tmp_path / "copy.h5"
+    other.write_bytes(open(ckpts[0], "rb").read())
+    w2v = tmp_path / "v.txt"
+    w2v.write_text("2 2\na 1 0\nb 0 1\n")
+    before = {p: open(p, "rb").read() for p in ckpts + [str(other), str(w2v)]}
+    cases = [(run, ckpts[-1], "checkpoints folder"), (ckpts[-1], ckpts[-1], "reads"),
+             (run, run / "checkpoints" / "new.txt", "checkpoints folder"), (run, other, "HDF5"),
+             (w2v, w2v, "reads"), (run / "checkpoints", ckpts[0], "checkpoints folder")]
+    for source, out, reason in cases:
+        for args in (["export", "--force", "-o", out], ["plot", "-o", out]):
+            proc = inspect(source, *args)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1 and reason in lines[0], (source, args, proc.stderr)
+    assert {p: open(p, "rb").read() for p in before} == before
+    assert not (run / "checkpoints" / "new.txt").exists()
+
+
 def _file_size_limit(limit):
     def pre():
         import resource

@@ -271,7 +271,76 @@ def test_a_checkpoint_from_before_wire_feedback_resumes_without_it(monkeypatch):
     assert cfg.wire_feedback == "auto"
     stored = {"corpus": "c.h5", "ranks": 4, "wire": "auto"}
     monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
-    assert resume._settings_to_adopt(cfg, frozenset(), 4) == {"wire_feedback": "off"}
-    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4) == {}
+    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {"wire_feedback": "off"}
+    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4)[0] == {}
     stored["wire_feedback"] = "auto"
-    assert resume._settings_to_adopt(cfg, frozenset(), 4) == {}
+    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {}
+
+
+def test_resume_auto_before_the_first_checkpoint_starts_the_run_again_as_it_was(corpus, tmp_path, monkeypatch):
+    """A run that stopped before its first checkpoint (a rank died, the guard tripped) has a
+    config.json and no checkpoint: the hint's ``--resume auto --out RUN`` starts it again with
+    that run's settings (corpus, dim, window, epochs), on the command line and in the Python
+    call, never the demo corpus at the defaults; a damaged config.json is one line."""
+    import json
+
+    import mpidwe
+    from mpidwe.train import runner
+
+    run = tmp_path / "r"
+    train(1, corpus, run, "--dim", "12", "--window", "3", "--epochs", "2")
+    for p in checkpoint.list_checkpoints(str(run / "checkpoints")):
+        os.unlink(p)                              # as if it died before its first checkpoint
+    proc = run_mpi(1, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto", "--threads", "1",
+                       "--no-progress"], cwd=tmp_path, timeout=120)
+    assert "no checkpoint yet" in proc.stdout and not (tmp_path / "demo").exists()
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["corpus"], cfg["dim"], cfg["window"], cfg["epochs"]) == (str(corpus), 12, 3, 2)
+    ck = checkpoint.load(checkpoint.list_checkpoints(str(run / "checkpoints"))[-1])
+    assert ck.complete and ck.w_in.shape[1] == 12
+
+    for p in checkpoint.list_checkpoints(str(run / "checkpoints")):
+        os.unlink(p)
+    monkeypatch.setattr(runner, "ensure_demo_corpus", lambda *a, **k: pytest.fail("trained the demo corpus"))
+    model = mpidwe.train(out=str(run), resume="auto", threads=1, progress=False)
+    assert model.vectors.shape[1] == 12
+    assert json.loads((run / "config.json").read_text())["window"] == 3
+
+    for p in checkpoint.list_checkpoints(str(run / "checkpoints")):
+        os.unlink(p)
+    (run / "config.json").write_bytes(b"{ not json")
+    proc = run_mpi(1, ["-m", "mpidwe.train", "--out", str(run), "--resume", "auto"], cwd=tmp_path, check=False,
+                   timeout=60)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and "config.json cannot be read" in lines[0], proc.stderr
+    assert (run / "config.json").read_bytes() == b"{ not json"
+
+
+STOP_TIERS = ("--sync", "dense", "--wire", "int4", "--sync-full", "4", "--sync-hot", "64", "--sync-every", "5000")
+
+
+@pytest.mark.parametrize("ranks,extra", [(3, STOP_TIERS), (2, ("--overlap", "--sync-every", "5000"))],
+                         ids=["3-tiers-int4-feedback", "2-overlap"])
+def test_sigterm_then_resume_is_exact_in_tiers_and_with_overlap(corpus, tmp_path, ranks, extra):
+    """A stop (SIGTERM, Slurm's requeue) flushes its checkpoint, which a run in tiers (changes
+    waiting, error-feedback residuals) or with --overlap (an exchange in flight) would not have
+    done there: every rank keeps what the flush changes beside the checkpoint, and the resume
+    on as many ranks takes it back, so the run ends bit-identical to an uninterrupted one."""
+    flags = ("--epochs", "4", *extra)
+    full = tmp_path / "full"
+    train(ranks, corpus, full, *flags, timeout=300)
+    out = tmp_path / "stopped"
+    proc = _start(ranks, corpus, out, *flags)
+    _wait_for_metrics(proc, out)
+    for pid in _rank_pids(proc.pid):
+        os.kill(pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 75, stderr
+    stop = checkpoint.latest_valid(str(out / "checkpoints"))
+    assert 0 < stop.progress.round < stop.progress.rounds
+    names = sorted(os.listdir(out / "checkpoints"))
+    assert [n for n in names if ".rank-" in n] == [f"ckpt-{stop.progress.round:09d}.rank-{r:05d}-of-{ranks:05d}.h5"
+                                                   for r in range(ranks)]
+    proc = train(ranks, corpus, out, *flags, "--resume", "auto", timeout=300)
+    assert "resuming exactly" in proc.stdout
+    assert final_params(out) == final_params(full)

@@ -77,6 +77,45 @@ def _net(n_chars: int, dim: int, o: CharModelOptions):
     return CharNet()
 
 
+def param_shapes(n_chars: int, dim: int, o: CharModelOptions) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor of :func:`_net`'s network, by name (as its state_dict)."""
+    h, c, m = o.hidden, o.char_dim, o.mlp
+    shapes = {"embed.weight": (n_chars, c)}
+    for side in ("", "_reverse"):
+        shapes.update({f"lstm.weight_ih_l0{side}": (4 * h, c), f"lstm.weight_hh_l0{side}": (4 * h, h),
+                       f"lstm.bias_ih_l0{side}": (4 * h,), f"lstm.bias_hh_l0{side}": (4 * h,)})
+    shapes.update({"mlp.0.weight": (m, 2 * h), "mlp.0.bias": (m,), "mlp.2.weight": (dim, m), "mlp.2.bias": (dim,)})
+    return shapes
+
+
+def check_state(meta: dict, params: dict, dim: int) -> None:
+    """Refuse (ValueError, saying why) a stored model whose options do not describe its arrays,
+    whose dimension is not the vectors' ``dim``, or whose scale or weights are not finite:
+    checked before the network is built, so options edited to hidden=30000 in a small file
+    cost no gigabytes, and a NaN scale gives no NaN vectors."""
+    try:
+        options = CharModelOptions(**meta["options"])
+        alphabet, stored_dim, scale = meta["alphabet"], int(meta["dim"]), float(meta["scale"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"its options cannot be read ({e})") from None
+    if (not isinstance(alphabet, list) or not all(isinstance(ch, str) for ch in alphabet)
+            or len(set([BOW, EOW] + alphabet)) != len(alphabet) + 2):
+        raise ValueError("its alphabet is not a list of distinct characters")
+    if stored_dim != dim:
+        raise ValueError(f"it makes vectors of {stored_dim} dimensions, the checkpoint's have {dim}")
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"its scale is {scale}, not a positive number")
+    want = param_shapes(len(alphabet) + 4, dim, options)
+    got = {k: tuple(np.shape(v)) for k, v in params.items()}
+    if got != want:
+        bad = sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]]
+        raise ValueError(f"its arrays do not match its options (hidden {options.hidden}, mlp {options.mlp}, "
+                         f"char_dim {options.char_dim}): {bad[0]} is {got.get(bad[0])}, expected {want.get(bad[0])}")
+    for k, v in params.items():
+        if not np.isfinite(v).all():
+            raise ValueError(f"its array {k} holds NaN or infinite values")
+
+
 def spell(word: str) -> str:
     """The characters the model reads: ``<word>`` with long words cut in the middle."""
     if len(word) > MAX_CHARS:

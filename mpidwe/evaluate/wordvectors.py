@@ -506,8 +506,12 @@ def oov_model(config: dict, words, w_in, ck=None, matrix: str = "input"):
 
         stored = load_char_model(ck)
         if stored is not None and stored.matrix == matrix:
-            from ..core.charmodel import CharModel
+            from ..core.charmodel import CharModel, check_state
 
+            try:
+                check_state(stored.meta, stored.params, int(np.shape(w_in)[1]))
+            except ValueError as e:
+                raise InputError(f"{stored.path} is damaged: {e}") from None
             try:
                 return CharModel.from_state(stored.meta, stored.params)
             except (KeyError, TypeError, ValueError, RuntimeError) as e:   # shapes or names that do not fit

@@ -10,6 +10,7 @@ writes and when.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import hashlib
@@ -65,6 +66,7 @@ D_METRICS = "metrics/history"
 
 NAME_RE = re.compile(r"^ckpt-(\d{9})\.h5$")
 PART_RE = re.compile(r"^ckpt-(\d{9})\.part-(\d{5})-of-(\d{5})\.h5$")
+RANK_RE = re.compile(r"^ckpt-(\d{9})\.rank-(\d{5})-of-(\d{5})\.h5$")   # io/rankstate.py
 
 
 @dataclass
@@ -153,12 +155,19 @@ def save(directory: str, ckpt: Checkpoint, *, keep: int = 3, parts: list[dict] |
     except OSError as e:   # a full or failing disk: atomic_path has removed the partial file
         raise InputError(f"cannot write checkpoint {path}: {reason(e)}; the earlier checkpoints "
                          f"are kept") from None
-    for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+    # checkpoints newer than this one (damaged ones a resume skipped: the damage may pass, a
+    # network filesystem's) are kept; of this one and the older, the newest ``keep``
+    older = [p for p in list_checkpoints(directory) if _round_of(p) <= ckpt.progress.round]
+    for old in older[:-keep] if keep > 0 else []:
         os.unlink(old)
         if os.path.exists(char_model_path(old)):     # of no use without its checkpoint
             os.unlink(char_model_path(old))
     remove_stale_parts(directory)
     return path
+
+
+def _round_of(path: str) -> int:
+    return int(NAME_RE.match(os.path.basename(path)).group(1))
 
 
 def _write_sealed(path: str, fill) -> None:
@@ -298,18 +307,39 @@ def load_part(directory: str, part: dict, verify: bool = True) -> tuple[np.ndarr
     return w_in, w_out
 
 
-def _row_range(d, a: int, b: int, vocab: int):
-    """Global rows [a, b) of a checkpoint matrix: a plain [V, d] dataset, or a sharded
-    checkpoint's [ceil(V / P), P, d] virtual one."""
-    if d.ndim == 2:
-        return d[a:b]
-    world = d.shape[1]
-    block = d[a // world:(b - 1) // world + 1].reshape(-1, d.shape[2])
-    return block[a % world:a % world + (b - a)]
+def _open_parts(path: str, parts: list[dict], stack: contextlib.ExitStack) -> list:
+    """The part files of the sharded checkpoint ``path``, open for reading, each checked
+    (present, format, shapes against the part list); :func:`load` checked their checksums.
+    The readers read a sharded checkpoint's rows through these, never through its virtual
+    datasets, whose mapping no checksum covers."""
+    files = []
+    for part in parts:
+        p = os.path.join(os.path.dirname(path), part["file"])
+        if not os.path.exists(p):
+            raise InputError(f"checkpoint part {p} is missing")
+        try:
+            f = stack.enter_context(h5py.File(p, "r", locking=False))
+            check_format(f.attrs, p, PART_FORMAT, PART_VERSION, "checkpoint part")
+            for name in (D_W_IN, D_W_OUT):
+                check_shape(p, name, f[name].shape, (int(part["rows"]), int(part["dim"])), "f", f[name].dtype)
+        except InputError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise InputError(f"checkpoint part {p} is damaged: {e}") from None
+        files.append(f)
+    return files
 
 
-def _whole(d, vocab: int) -> np.ndarray:
-    return d[:] if d.ndim == 2 else d[:].reshape(-1, d.shape[2])[:vocab]
+def _parts_range(files: list, name: str, a: int, b: int) -> np.ndarray:
+    """Global rows [a, b) of matrix ``name`` from the open part files (part r of P holds the
+    global rows r, r + P, ...)."""
+    world = len(files)
+    out = np.empty((b - a, files[0][name].shape[1]), dtype=np.float32)
+    for r, f in enumerate(files):
+        i0, i1 = max(0, -(-(a - r) // world)), max(0, -(-(b - r) // world))
+        if i1 > i0:
+            out[i0 * world + r - a::world] = f[name][i0:i1]
+    return out
 
 
 def read_rows(path: str, parts: list[dict], vocab: int, rank: int, world: int,
@@ -317,18 +347,24 @@ def read_rows(path: str, parts: list[dict], vocab: int, rank: int, world: int,
     """The rows rank ``rank`` of ``world`` owns (global rows rank, rank + P, ...) of the
     checkpoint at ``path`` (``parts``: its part list, empty for a replicated one), without
     reading the whole model: its own part when the checkpoint was written by as many
-    owners, else pieces of ``piece_rows`` rows of the (virtual or plain) matrices."""
+    owners, else pieces of ``piece_rows`` rows of the part files or the plain matrices."""
     if parts and len(parts) == world:
         return load_part(os.path.dirname(path), parts[rank])
     rows = []
     try:
-        with h5py.File(path, "r", locking=False) as f:
+        with contextlib.ExitStack() as stack:
+            if parts:
+                files = _open_parts(path, parts, stack)
+                piece = lambda name, a, b: _parts_range(files, name, a, b)
+            else:
+                f = stack.enter_context(h5py.File(path, "r", locking=False))
+                piece = lambda name, a, b: f[name][a:b]
             for name in (D_W_IN, D_W_OUT):
-                d = f[name]
-                out = np.empty((max(0, (vocab - rank + world - 1) // world), d.shape[-1]), dtype=np.float32)
+                dim = int(parts[0]["dim"]) if parts else f[name].shape[-1]
+                out = np.empty((max(0, (vocab - rank + world - 1) // world), dim), dtype=np.float32)
                 for a in range(0, vocab, piece_rows):
                     first = (rank - a) % world
-                    got = _row_range(d, a, min(vocab, a + piece_rows), vocab)[first::world]
+                    got = piece(name, a, min(vocab, a + piece_rows))[first::world]
                     k = (a + first - rank) // world
                     out[k:k + len(got)] = got
                 rows.append(out)
@@ -339,16 +375,45 @@ def read_rows(path: str, parts: list[dict], vocab: int, rank: int, world: int,
 
 def iter_rows(ck: Checkpoint, piece_rows: int = 1 << 16):
     """(first row, w_in rows, w_out rows) pieces of a checkpoint's matrices, in row order:
-    a sharded checkpoint is exported without ever holding the whole model."""
+    a sharded checkpoint is exported from its part files without ever holding the whole model."""
     if ck.w_in is not None:
         for a in range(0, len(ck.w_in), piece_rows):
             yield a, ck.w_in[a:a + piece_rows], ck.w_out[a:a + piece_rows]
         return
     vocab = len(ck.words)
-    with h5py.File(ck.path, "r", locking=False) as f:
+    with contextlib.ExitStack() as stack:
+        files = _open_parts(ck.path, ck.parts, stack)
         for a in range(0, vocab, piece_rows):
             b = min(vocab, a + piece_rows)
-            yield a, _row_range(f[D_W_IN], a, b, vocab), _row_range(f[D_W_OUT], a, b, vocab)
+            yield a, _parts_range(files, D_W_IN, a, b), _parts_range(files, D_W_OUT, a, b)
+
+
+def check_parts(f: h5py.File, path: str, parts: list[dict], round_: int, vocab: int, dim: int) -> None:
+    """A sharded checkpoint's part list names only the files its writer makes (rank r of P:
+    ``part_name(round, r, P)`` beside it, with the rows r, r + P, ...; never an absolute or
+    ``../`` path), and its virtual datasets map exactly those files: an edited mapping or
+    name would read another file's rows."""
+    world = len(parts)
+    for r, part in enumerate(parts):
+        want = {"file": part_name(round_, r, world), "rank": r, "rows": max(0, -(-(vocab - r) // world)), "dim": dim}
+        if (not isinstance(part, dict) or any(part.get(k) != v for k, v in want.items())
+                or not isinstance(part.get("params_sha256"), str)):
+            raise InputError(f"{path} is damaged: its part list names {json.dumps(part)[:120]}, where its writer "
+                             f"makes {want['file']} ({want['rows']} rows of {dim})")
+    for name in (D_W_IN, D_W_OUT):
+        d = f[name]
+        want = sorted((p["file"], name, ((0, r, 0), (p["rows"] - 1, r, dim - 1)), p["rows"] * dim)
+                      for r, p in enumerate(parts) if p["rows"])
+        got = []
+        if d.is_virtual:
+            plist = d.id.get_create_plist()
+            for i in range(plist.get_virtual_count()):
+                space = plist.get_virtual_vspace(i)
+                got.append((plist.get_virtual_filename(i), plist.get_virtual_dsetname(i),
+                            space.get_select_bounds(), space.get_select_npoints()))
+        if sorted(got) != want:
+            raise InputError(f"{path} is damaged: its virtual dataset /{name} does not map the part files "
+                             f"its part list names")
 
 
 def remove_stale_parts(directory: str, orphans: bool = False) -> list[str]:
@@ -356,11 +421,11 @@ def remove_stale_parts(directory: str, orphans: bool = False) -> list[str]:
     crash between the parts and the checkpoint). Parts of rounds newer than every checkpoint
     may be the ones being written right now, and are kept unless ``orphans`` (at the start
     of a run, which holds the run directory's lock: no rank of another run writes there)."""
-    kept = {int(NAME_RE.match(os.path.basename(p)).group(1)) for p in list_checkpoints(directory)}
+    kept = {_round_of(p) for p in list_checkpoints(directory)}
     newest = max(kept, default=-1)
     gone = []
-    for p in glob.glob(os.path.join(directory, "ckpt-*.part-*.h5")):
-        m = PART_RE.match(os.path.basename(p))
+    for p in glob.glob(os.path.join(directory, "ckpt-*.part-*.h5")) + glob.glob(os.path.join(directory, "ckpt-*.rank-*.h5")):
+        m = PART_RE.match(os.path.basename(p)) or RANK_RE.match(os.path.basename(p))
         if m and int(m.group(1)) not in kept and (orphans or int(m.group(1)) <= newest):
             try:
                 os.unlink(p)
@@ -380,6 +445,25 @@ def run_checkpoints(path: str) -> str:
     own = os.path.join(path, "checkpoints")
     live = os.path.join(path, LIVE, "checkpoints")
     return live if not os.path.isdir(own) and os.path.isdir(live) else own
+
+
+def check_not_source(output: str, source: str) -> None:
+    """Refuse an output (``inspect export``/``plot``, even with --force) that is the file read
+    (``source``), in its run's checkpoints folder, or any HDF5 file (a checkpoint, a part of
+    one, a character model, a corpus)."""
+    from .formats import is_hdf5
+
+    out, src = os.path.realpath(output), os.path.realpath(source)
+    if os.path.isdir(src):
+        folder = src if list_checkpoints(src) else os.path.realpath(run_checkpoints(src))
+    else:
+        folder = os.path.dirname(src) if os.path.basename(os.path.dirname(src)) == "checkpoints" else None
+    why = ("it is the file this command reads" if out == src else
+           f"it is in the checkpoints folder of {source}" if os.path.dirname(out) == folder else
+           "it is an HDF5 file (a checkpoint, a part of one, a character model or a corpus)" if is_hdf5(out)
+           else None)
+    if why:
+        raise InputError(f"cannot write {output}: {why}; choose another output")
 
 
 def list_checkpoints(directory: str) -> list[str]:
@@ -434,12 +518,13 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
             parts = json.loads(_str(f.attrs[A_PARTS])) if A_PARTS in f.attrs else []
             if parts and parts_sha256(parts) != _str(f.attrs[A_CHECKSUM]):
                 raise InputError(f"{path} is damaged: parameter checksum mismatch")
-            if verify and parts:
-                for part in parts:
-                    load_part(os.path.dirname(path), part)
             words = [_str(w) for w in f[D_WORDS][:]]
-            w_in, w_out = ((_whole(f[D_W_IN], len(words)), _whole(f[D_W_OUT], len(words))) if params
-                           else (None, None))
+            progress = Progress(**json.loads(_str(f.attrs[A_PROGRESS])))
+            if parts:
+                check_parts(f, path, parts, progress.round, len(words), int(f[D_W_IN].shape[-1]))
+                w_in, w_out = _load_parts(path, parts, len(words), verify, params)
+            else:
+                w_in, w_out = (f[D_W_IN][:], f[D_W_OUT][:]) if params else (None, None)
             if verify and not params and not parts and streamed_sha256(f, (D_W_IN, D_W_OUT)) != _str(f.attrs[A_CHECKSUM]):
                 raise InputError(f"{path} is damaged: parameter checksum mismatch")
             if verify and params and not parts and params_sha256(w_in, w_out) != _str(f.attrs[A_CHECKSUM]):
@@ -447,8 +532,7 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
             if vocab_sha256(words) != _str(f.attrs[A_VOCAB_SHA]):
                 raise InputError(f"{path} is damaged: vocabulary checksum mismatch")
             metrics_raw = f[D_METRICS][()]
-            state = TrainingState(w_in=w_in, w_out=w_out,
-                                  progress=Progress(**json.loads(_str(f.attrs[A_PROGRESS]))),
+            state = TrainingState(w_in=w_in, w_out=w_out, progress=progress,
                                   rng_state=f[D_RNG][:], history=json.loads(_str(metrics_raw)))
             return Checkpoint(
                 state=state, words=words, counts=f[D_COUNTS][:],
@@ -461,6 +545,18 @@ def load(path: str, *, verify: bool = True, params: bool = True) -> Checkpoint:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise InputError(f"{path} is damaged: {e}") from None
+
+
+def _load_parts(path: str, parts: list[dict], vocab: int, verify: bool, params: bool):
+    """A sharded checkpoint's matrices, joined from its part files (each checked, its
+    checksum with ``verify``); (None, None) without ``params``."""
+    world, dim = len(parts), int(parts[0]["dim"])
+    w_in, w_out = (np.empty((vocab, dim), dtype=np.float32) for _ in range(2)) if params else (None, None)
+    for r, part in enumerate(parts if verify or params else []):
+        a, b = load_part(os.path.dirname(path), part, verify)
+        if params:
+            w_in[r::world], w_out[r::world] = a, b
+    return w_in, w_out
 
 
 # ------------------------------------------------------------ the character generator's place

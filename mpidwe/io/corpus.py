@@ -451,6 +451,9 @@ class Corpus:
         # a few sentence starts read where the cuts fall (a binary search), never all of them
         a, b, i, j = sentence_shard_by(lambda k: int(sents[s0 + k]) - t0, self.n_sentences, self.n_tokens,
                                        rank, world_size)
+        if not 0 <= a <= b <= self.n_tokens:      # a damaged start where the cut fell
+            raise InputError(f"{self.path} is damaged: its sentence starts are out of order near sentence "
+                             f"{i + s0:,}")
         return Shard(a + t0, b + t0, i + s0, j + s0)
 
     def read_tokens(self, start: int, end: int) -> np.ndarray:
@@ -472,8 +475,17 @@ class Corpus:
         window = 1 << 16
 
         def boundaries():
+            last = shard.token_start
             for a in range(shard.sentence_start, shard.sentence_end, window):
-                yield sents[a:min(a + window, shard.sentence_end)], False
+                chunk = sents[a:min(a + window, shard.sentence_end)]
+                # the starts rise from the shard's first token to its end: a damaged one (not
+                # caught with --no-verify-corpus) is one line, never merged or split sentences
+                if (chunk[0] < last or (a == shard.sentence_start and chunk[0] != last)
+                        or chunk[-1] > shard.token_end or np.any(np.diff(chunk) < 0)):
+                    raise InputError(f"{self.path} is damaged: its sentence starts are out of order near "
+                                     f"sentence {a:,}")
+                last = int(chunk[-1])
+                yield chunk, False
             yield np.array([shard.token_end], dtype=np.int64), True
 
         pending = np.zeros(0, dtype=np.int64)

@@ -54,6 +54,17 @@ def unreadable(path: str, what: str, hint: str = "") -> InputError:
     return InputError(f"{path} is not a readable HDF5 file (truncated, damaged or opened by another program)")
 
 
+def is_hdf5(path: str) -> bool:
+    """Whether ``path`` is an HDF5 file, sealed (every mpidwe file: checkpoints, their parts,
+    character models, corpora) or not; False for one that cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(HDF5_SIGNATURE))
+    except OSError:
+        return False
+    return head in (HDF5_SIGNATURE, SEAL_MAGIC.encode()[:len(HDF5_SIGNATURE)])
+
+
 def _elements(shape) -> int:
     n = 1
     for k in shape or ():

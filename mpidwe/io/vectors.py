@@ -47,6 +47,16 @@ def _header(path: str, first: bytes) -> tuple[int, int]:
     return count, dim
 
 
+def _check_fits(path: str, count: int, dim: int, size: int) -> None:
+    """Refuse a header that announces more than the rest of the file (``size`` bytes) can
+    hold, before the count x dim matrix is allocated: an entry takes at least 2 dim + 1 bytes
+    (a one-byte word and dim one-digit numbers, each after a space; binary: 4 dim + 2)."""
+    most = size // (2 * dim + 1)
+    if count > most:
+        raise InputError(f"{path}:1: the header announces {count:,} vectors of dimension {dim:,}; the "
+                         f"{size:,} bytes after it hold at most {most:,} (a truncated file or a wrong header)")
+
+
 def _is_text(first_entry: bytes, dim: int) -> bool:
     """A text file's first entry line is valid UTF-8 with ``dim`` numbers after the word;
     a binary entry (raw float32 bytes) essentially never is."""
@@ -97,6 +107,7 @@ def _read_word2vec(path: str) -> tuple[list[str], np.ndarray]:
             start = mm.find(b"\n") + 1
             if start == 0:
                 raise InputError(f"{path}: only a header line, no vectors")
+            _check_fits(path, count, dim, len(mm) - start)
             end = mm.find(b"\n", start)
             first_entry = mm[start:end if end >= 0 else len(mm)]
             if count == 0 or _is_text(first_entry, dim):

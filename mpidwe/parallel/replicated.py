@@ -453,6 +453,72 @@ class ReplicatedStore(Store):
         self.syncer.drop_feedback()      # a run resumed from this checkpoint starts without residuals
         return save_on_root(self.comm, directory, ck, keep)
 
+    def _exact_state(self) -> dict[str, np.ndarray]:
+        """What this rank holds that a flush would change: its parameters (changes waiting in
+        tiers), touched flags, the sync's base, the error-feedback residuals and the exchange
+        in flight (--overlap, its result awaited). Empty where a flush changes nothing."""
+        fed, flight = self.syncer.feedback, self.exchange is not None and self.exchange._inflight is not None
+        if self.comm.size == 1 or not (self.pending or fed or flight):
+            return {}
+        state = {"pending": np.array([self.pending]),
+                 "rest": np.array(self._rest if self._rest is not None else [], dtype=np.int64).reshape(-1, 2)}
+        if flight:         # first: the exchange's thread moves the base and the residuals
+            future, snap, work = self.exchange._inflight
+            state["flight_max_abs"] = np.array([future.result()])
+        for i, side in enumerate(("in", "out")):
+            state.update({f"params_{side}": self.params[i], f"touched_{side}": self.touched[i],
+                          f"base_{side}": self.syncer.base[i]})
+            if fed:
+                state[f"residual_own_{side}"], state[f"residual_owned_{side}"] = self.syncer.residual[i]
+            if flight:
+                state[f"snap_{side}"], state[f"work_{side}"] = snap[i], work[i]
+        return state
+
+    def save_exact(self, directory: str, round_: int) -> None:
+        from ..io import rankstate
+
+        state = self._exact_state()
+        if self.comm.allreduce_scalar(float(bool(state)), "max") > 0:
+            self.comm.agree(rankstate.save_rank_state, directory, round_, self.comm.rank, self.comm.size, state)
+
+    def restore_exact(self, directory: str, round_: int) -> bool:
+        from concurrent.futures import Future
+
+        from ..io import rankstate
+
+        try:
+            state = rankstate.load_rank_state(directory, round_, self.comm.rank, self.comm.size)
+            if state is not None:
+                self._check_exact(state)
+        except InputError as e:
+            print(f"warning: {e}; resuming from the flushed checkpoint (not bit-identical)", flush=True)
+            state = None
+        if self.comm.allreduce_scalar(float(state is not None), "min") == 0:
+            return False
+        for i, side in enumerate(("in", "out")):
+            for mine, name in ((self.params[i], "params"), (self.touched[i], "touched"), (self.syncer.base[i], "base")):
+                np.copyto(mine, state[f"{name}_{side}"])
+            if self.syncer.feedback and f"residual_own_{side}" in state:
+                for mine, name in zip(self.syncer.residual[i], ("residual_own", "residual_owned")):
+                    np.copyto(mine, state[f"{name}_{side}"])
+        self.pending = bool(state["pending"][0])
+        self._rest = [tuple(int(x) for x in r) for r in state["rest"]] or None
+        if self.exchange is not None and "flight_max_abs" in state:
+            done = Future()
+            done.set_result(float(state["flight_max_abs"][0]))
+            self.exchange._inflight = (done, [state["snap_in"], state["snap_out"]],
+                                       [state["work_in"], state["work_out"]])
+        return True
+
+    def _check_exact(self, state: dict) -> None:
+        """A rank state that does not fit this store (another run's, edited) is refused."""
+        for i, side in enumerate(("in", "out")):
+            for name, like in (("params", self.params[i]), ("touched", self.touched[i]), ("base", self.syncer.base[i]),
+                               *((("snap", self.params[i]), ("work", self.params[i])) if "snap_in" in state else ())):
+                got = state.get(f"{name}_{side}")
+                if got is None or got.shape != like.shape or got.dtype != like.dtype:
+                    raise InputError(f"the rank state beside the checkpoint does not fit this run ({name}_{side})")
+
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
         self.flush()
         return write_on_root(self.comm, path, words, lambda: vectors_of(self.params[0]))

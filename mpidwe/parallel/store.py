@@ -158,6 +158,16 @@ class Store(ABC):
         """Write checkpoint ``ck`` (an io.checkpoint.Checkpoint whose state holds this rank's
         parameters) into ``directory``; every rank gets its path."""
 
+    def save_exact(self, directory: str, round_: int) -> None:
+        """Before a stop checkpoint of round ``round_`` (SIGTERM/SIGUSR1), which flushes: every
+        rank keeps what it holds beyond the flushed parameters, for :meth:`restore_exact`
+        (a collective). Nothing by default: a store whose flush changes nothing."""
+
+    def restore_exact(self, directory: str, round_: int) -> bool:
+        """A run resumed on as many ranks from the stop checkpoint of round ``round_``: take
+        back what :meth:`save_exact` kept, where every rank has it (a collective); whether it did."""
+        return False
+
     @abstractmethod
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
         """Rank 0 writes the word vectors (``vectors_of``: input matrix -> word vectors) as

@@ -98,6 +98,11 @@ def ready_files(folder: str, settle_s: float, now: float | None = None) -> list[
     return [(name, size) for _, name, size in sorted(found)]
 
 
+def within(path: str, folder: str) -> bool:
+    """Is the (real) ``path`` the (real) ``folder`` or under it?"""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 class FollowState:
     """RUN_DIR/follow.json: the files taken, in order, and each step's progress."""
 
@@ -234,6 +239,12 @@ class Follower:
         self.state.save()
 
     def _lock(self) -> DirLock:
+        cfg = self.cfg
+        folder = os.path.realpath(cfg.follow)
+        for opt, path in (("--out", cfg.out), ("--corpus", cfg.corpus)):
+            if path and within(os.path.realpath(path), folder):   # it would train on its own files
+                raise InputError(f"{opt} {path} is inside --follow {cfg.follow}, whose every new file is "
+                                 f"taken as text; put it outside that folder")
         made = [] if os.path.exists(self.cfg.out) else [self.cfg.out]
         os.makedirs(self.cfg.out, exist_ok=True)
         try:

@@ -313,6 +313,8 @@ class Trainer:
                     self.log_metrics(metrics, bar, window, marks, due_eval)
                 if last or totals.stop or totals.due or (cfg.checkpoint_every and p.words_done - marks.ckpt_words
                                                          >= cfg.checkpoint_every):
+                    if totals.stop and not last:     # its flush would change the run: keep what it changes
+                        self.store.save_exact(os.path.join(cfg.out, "checkpoints"), p.round)
                     ckpt_path = self.save_checkpoint(complete=last)
                     marks.ckpt_words, marks.ckpt_time = p.words_done, time.perf_counter()
                 if totals.stop and not last:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 
@@ -71,27 +72,53 @@ def adopt_checkpoint_settings(cfg: TrainConfig, given, comm: Comm, log) -> Train
     on is refused later, by :func:`find_checkpoint`."""
     if not cfg.resume or given is None:
         return cfg
-    changes = comm.on_root(_settings_to_adopt, cfg, frozenset(given), comm.size)
+    changes, source = comm.on_root(_settings_to_adopt, cfg, frozenset(given), comm.size)
     if not changes:
         return cfg
     if log:
-        log("resuming with the checkpoint's settings: " + ", ".join(
+        log(f"resuming with {source}: " + ", ".join(
             f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in changes.items()))
     return from_mapping(TrainConfig, dict(to_dict(cfg), **changes), source="the checkpoint's configuration")
 
 
-def _settings_to_adopt(cfg: TrainConfig, given: frozenset, world: int) -> dict:
-    """Rank 0: the stored settings that differ from ``cfg`` and the user did not give."""
-    stored = _stored_config(cfg)
+def _settings_to_adopt(cfg: TrainConfig, given: frozenset, world: int) -> tuple[dict, str]:
+    """Rank 0: the stored settings that differ from ``cfg`` and the user did not give, and
+    where they come from."""
+    stored, source, adopts = _stored_config(cfg), "the checkpoint's settings", RESUME_ADOPTS
+    if stored is None and cfg.resume == "auto" and not checkpoint.list_checkpoints(os.path.join(cfg.out, "checkpoints")):
+        # a run stopped before its first checkpoint starts again as it was started (its warm
+        # start included), not at the defaults
+        stored, adopts = _run_config(cfg.out), RESUME_ADOPTS + ("init_from",)
+        source = f"the settings of {os.path.join(cfg.out, 'config.json')} (no checkpoint yet)"
+        if stored is not None and isinstance(stored.get("init_from"), dict):
+            stored["init_from"] = stored["init_from"].get("path")
     if stored is None:            # none readable: find_checkpoint says why, or starts fresh
-        return {}
+        return {}, source
     stored = {**RESUME_DEFAULTS, **stored}          # a checkpoint from before an option ran without it
-    keys = [k for k in RESUME_ADOPTS if k not in given and k in stored]
+    keys = [k for k in adopts if k not in given and k in stored]
     if "sync_every" not in given and stored.get("ranks") == world and "sync_every" in stored:
         keys.append("sync_every")
     current = to_dict(cfg)
-    return {k: stored[k] for k in keys if stored[k] != current[k]}
+    return {k: stored[k] for k in keys if stored[k] != current[k]}, source
+
+
+def _run_config(out: str) -> dict | None:
+    """RUN_DIR/config.json (None where there is none): the settings of a run that wrote no
+    checkpoint yet, so that ``--resume auto`` starts it again as it was, not at the defaults."""
+    path = os.path.join(out, "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            stored = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--resume auto: {out} has no checkpoint yet and its config.json cannot be read "
+                         f"({e}); give the run's options again with --force, or choose another --out") from None
+    if not isinstance(stored, dict):
+        raise InputError(f"--resume auto: {path} is not a run's configuration; give the run's options again "
+                         f"with --force, or choose another --out")
+    return stored
 
 
 def _stored_config(cfg: TrainConfig) -> dict | None:

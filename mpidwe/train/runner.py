@@ -17,7 +17,7 @@ from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Compute, Plan, choose_compute, make_plan, size_warnings
-from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state
+from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state, needs_replan
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty, take_back
 from .warm import warm_start
 
@@ -151,6 +151,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
     try:
         state, record, origin = load_state(cfg, plan, comm, corpus, kind, log)
         history = None if state is None else state.history
+        exact = state is not None and not needs_replan(state.progress, plan, comm.size)
         if state is not None:
             plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
         comm.on_root(_check_run_dir, cfg, state is not None)
@@ -162,6 +163,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
         setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"],
                            corpus.counts)
         trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
+        if exact and trainer.store.restore_exact(os.path.dirname(origin), state.progress.round) and log:
+            log("resuming exactly where the stop left every rank (its waiting changes, residuals and exchange)")
         trainer.carry_chars(origin)
         comm.on_root(_start_run_dir, cfg, plan.resolved, history, log)
         if log and plan.binding:
