@@ -45,6 +45,7 @@ def test_the_ring_trains_every_bucket_once_per_pass_with_disjoint_blocks_per_ste
     for rnd in range(6):
         shifts = ring_shifts(7, rnd * 1000, parts)
         assert sorted(shifts.tolist()) == list(range(parts))       # a permutation
+        assert shifts[-1] == 0                                      # every pass ends where the next starts
         seen = np.zeros((parts, parts), int)
         for s in shifts:
             held = [held_block(r, int(s), parts) for r in range(parts)]

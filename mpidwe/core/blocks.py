@@ -54,8 +54,12 @@ def block_noise_tables(counts: np.ndarray, members: np.ndarray, offsets: np.ndar
 def ring_shifts(seed: int, round_index: int, parts: int) -> np.ndarray:
     """int64 [P]: in step k of round ``round_index`` rank r holds output block
     (r + shifts[k]) mod P. A permutation, so every (input, output) bucket is trained once per
-    round; the same on every rank and on resume (it depends on the seed and round alone)."""
-    return np.random.default_rng([seed, 0xB10C, round_index]).permutation(parts).astype(np.int64)
+    round; the same on every rank and on resume (it depends on the seed and round alone). The
+    steps before the last come in a random order and the last is shift 0: every pass ends
+    (and starts from) each rank holding the output block of its own number, so a run resumed
+    from a checkpoint hands the blocks on exactly as the run it continues did."""
+    order = 1 + np.random.default_rng([seed, 0xB10C, round_index]).permutation(max(parts - 1, 0))
+    return np.concatenate((order, [0])).astype(np.int64)
 
 
 def held_block(rank: int, shift: int, parts: int) -> int:

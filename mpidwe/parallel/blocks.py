@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.config import block_wire
+from ..core.errors import InputError
 from ..core.blocks import block_members, block_noise_tables, handoff, held_block, ring_shifts, snake_blocks
 from ..kernels.args import KernelArgs
 from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, train_bucket
@@ -61,8 +62,9 @@ class BlockStore(Store):
         # how output blocks travel; a lossy wire's residuals per row (error feedback), in block order
         self.wire = block_wire(setup.cfg, p)
         self.residual = None if self.wire == "fp32" or p == 1 else np.zeros_like(self.out_rows)
-        # the shift of the output block this rank holds; None: every rank's copy is current
-        self.held: int | None = None
+        # the shift of the output block this rank holds (core.blocks.ring_shifts: a pass starts
+        # and ends at 0, also a resumed one); None: every rank's copy is current (the run's end)
+        self.held: int | None = 0
         self.dirty = False
         self.biggest = 0.0
         self.stats = SyncStats()
@@ -213,6 +215,32 @@ class BlockStore(Store):
         elif self.dirty:
             self.w_out[self.members] = self.out_rows
         self.dirty = False
+
+    def save_exact(self, directory: str, round_: int) -> None:
+        """A stop checkpoint drops the lossy ring's residuals (as every checkpoint does);
+        each rank keeps them beside it, so a resume on as many ranks goes on exactly."""
+        if self.residual is not None:
+            from ..io import rankstate
+
+            self.comm.agree(rankstate.save_rank_state, directory, round_, self.comm.rank, self.comm.size,
+                            {"ring_residual": self.residual})
+
+    def restore_exact(self, directory: str, round_: int) -> bool:
+        if self.residual is None:
+            return False
+        from ..io import rankstate
+
+        try:
+            state = rankstate.load_rank_state(directory, round_, self.comm.rank, self.comm.size)
+            if state is not None and state.get("ring_residual", np.zeros(0)).shape != self.residual.shape:
+                raise InputError(f"the rank state of round {round_} does not fit this run's ring")
+        except InputError as e:
+            print(f"warning: {e}; resuming from the checkpoint (not bit-identical)", flush=True)
+            state = None
+        if self.comm.allreduce_scalar(float(state is not None), "min") == 0:
+            return False
+        np.copyto(self.residual, state["ring_residual"])
+        return True
 
     def host(self) -> None:
         """At the end of a run every rank's copy made current (one allgather), so that every
