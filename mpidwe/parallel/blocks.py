@@ -18,6 +18,7 @@ replicated store's and resume on any rank count re-plans the blocks.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -127,13 +128,11 @@ class BlockStore(Store):
     def route(self, inp: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Every pair to the rank that owns its input word (one all-to-all of int32 ids):
         int32 [n, 2] (input, output), senders in rank order, each in its own order."""
-        t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
-        k = self.comm.stats.steps
-        send = np.empty((len(inp), 2), np.int32)
-        starts = partition(inp, out, self.block_of, False, self.comm.size, send[:, 0], send[:, 1], self.threads)
-        got, _ = self.comm.alltoallv(send, np.diff(starts))
-        self.route_bytes += self.comm.stats.bytes_sent - b
-        self._account(t, b, s, k)
+        with self.accounted() as sent:
+            send = np.empty((len(inp), 2), np.int32)
+            starts = partition(inp, out, self.block_of, False, self.comm.size, send[:, 0], send[:, 1], self.threads)
+            got, _ = self.comm.alltoallv(send, np.diff(starts))
+        self.route_bytes += sent()
         return got
 
     def move_to(self, shift: int) -> None:
@@ -143,26 +142,27 @@ class BlockStore(Store):
         if self.held is None or self.held == shift or p == 1:
             self.held = shift
             return
-        t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
-        k = self.comm.stats.steps
-        dest, source = handoff(rank, self.held, shift, p)
-        lo, hi = self.span(held_block(rank, self.held, p))
-        lo2, hi2 = self.span(held_block(rank, shift, p))
+        with self.accounted() as sent:
+            self.hand_on(*handoff(rank, self.held, shift, p), self.span(held_block(rank, self.held, p)),
+                         self.span(held_block(rank, shift, p)))
+        self.held = shift
+        self.ring_bytes += sent()
+
+    def hand_on(self, dest: int, source: int, mine: tuple[int, int], theirs: tuple[int, int]) -> None:
+        """Send out_rows[mine] to ``dest`` while receiving out_rows[theirs] from ``source``."""
+        (lo, hi), (lo2, hi2) = mine, theirs
         if self.wire == "fp32":
             self.comm.sendrecv_(self.out_rows[lo:hi], dest, self.out_rows[lo2:hi2], source)
-        else:
-            dim = self.out_rows.shape[1]
-            got = np.empty((hi2 - lo2, row_bytes(self.wire, dim)), np.uint8)
-            self.comm.sendrecv_(self.encoded(lo, hi), dest, got, source)
-            rows = self.out_rows[lo2:hi2]
+            return
+        dim = self.out_rows.shape[1]
+        got = np.empty((hi2 - lo2, row_bytes(self.wire, dim)), np.uint8)
+        self.comm.sendrecv_(self.encoded(lo, hi), dest, got, source)
+        rows = self.out_rows[lo2:hi2]
 
-            def unpack(a: int, b: int) -> None:
-                rows[a:b] = decode(got[a:b], self.wire, dim)
+        def unpack(a: int, b: int) -> None:
+            rows[a:b] = decode(got[a:b], self.wire, dim)
 
-            self.by_rows(hi2 - lo2, unpack)
-        self.held = shift
-        self.ring_bytes += self.comm.stats.bytes_sent - b
-        self._account(t, b, s, k)
+        self.by_rows(hi2 - lo2, unpack)
 
     def encoded(self, lo: int, hi: int) -> np.ndarray:
         """Rows [lo, hi) of out_rows as a lossy --wire sends them, by row ranges on the rank's
@@ -184,12 +184,19 @@ class BlockStore(Store):
         cuts = np.linspace(0, n, self.threads + 1).astype(np.int64)
         by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), self.threads if n >= 1024 else 1)
 
-    def _account(self, t: float, b: int, s: float, k: int) -> None:
+    @contextmanager
+    def accounted(self):
+        """The block's seconds, communication seconds, bytes and latency steps go to the
+        store's stats; yields a function that gives the bytes sent since the block began."""
         st, c = self.stats, self.comm.stats
-        st.seconds += time.perf_counter() - t
-        st.comm_seconds += c.seconds - s
-        st.bytes_sent += c.bytes_sent - b
-        st.steps += c.steps - k
+        t, b, s, k = time.perf_counter(), c.bytes_sent, c.seconds, c.steps
+        try:
+            yield lambda: c.bytes_sent - b
+        finally:
+            st.seconds += time.perf_counter() - t
+            st.comm_seconds += c.seconds - s
+            st.bytes_sent += c.bytes_sent - b
+            st.steps += c.steps - k
 
     def probe(self) -> float:
         """The largest |value| of this rank's current rows (inf for NaN): the guard's probe."""
@@ -253,26 +260,23 @@ class BlockStore(Store):
     def collect(self, everyone: bool) -> None:
         """Every rank's input block and held output block into rank 0's copy (``everyone``:
         into every rank's): w_in and w_out, the record in word order."""
-        t, b, s = time.perf_counter(), self.comm.stats.bytes_sent, self.comm.stats.seconds
-        k = self.comm.stats.steps
         p, rank, dim = self.comm.size, self.comm.rank, self.w_in.shape[1]
-        width = int(np.diff(self.offsets).max())
         held = held_block(rank, self.held, p)
-        mine = np.zeros((2, width, dim), np.float32)
-        ids_in, (lo, hi) = self.block(rank), self.span(held)
-        mine[0, :len(ids_in)] = self.w_in[ids_in]
-        mine[1, :hi - lo] = self.out_rows[lo:hi]
-        every = self.comm.allgather_array(mine) if everyone else self.comm.gather_array(mine)
-        holders = self.comm.allgather(held) if everyone else self.comm.gather(held)
-        if every is not None:
-            for r in range(p):
-                ids_in, (lo, hi) = self.block(r), self.span(holders[r])
-                self.w_in[ids_in] = every[r, 0, :len(ids_in)]
-                self.out_rows[lo:hi] = every[r, 1, :hi - lo]
-            self.w_out[self.members] = self.out_rows
+        with self.accounted():          # the packing and unpacking count as the store's array work
+            mine = np.zeros((2, int(np.diff(self.offsets).max()), dim), np.float32)
+            ids_in, (lo, hi) = self.block(rank), self.span(held)
+            mine[0, :len(ids_in)] = self.w_in[ids_in]
+            mine[1, :hi - lo] = self.out_rows[lo:hi]
+            every = self.comm.allgather_array(mine) if everyone else self.comm.gather_array(mine)
+            holders = self.comm.allgather(held) if everyone else self.comm.gather(held)
+            if every is not None:
+                for r in range(p):
+                    ids_in, (lo, hi) = self.block(r), self.span(holders[r])
+                    self.w_in[ids_in] = every[r, 0, :len(ids_in)]
+                    self.out_rows[lo:hi] = every[r, 1, :hi - lo]
+                self.w_out[self.members] = self.out_rows
         if everyone:
             self.held = None
-        self._account(t, b, s, k)
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
         self.flush()
