@@ -27,7 +27,8 @@ import time
 
 import numpy as np
 
-from .core.config import TIERS_AUTO_MIN_RANKS, WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, parse_command, wire_of
+from .core.config import (TIERS_AUTO_MIN_RANKS, WIRE_AUTO_MIN_RANKS, PreprocessConfig, TrainConfig, block_blockers,
+                          parse_command, wire_of)
 from .core.errors import ConfigError, MpidweError
 from .core.prog import prog
 from .parallel.comm import Comm
@@ -122,10 +123,12 @@ def warm(cfg: TrainConfig, log=print) -> dict:
             buckets=min(cfg.buckets, 1000), sync_every=defaults.sync_every)
         t = time.perf_counter()
         train.run(run_cfg, Comm.serial(), log=None)
+        if cfg.store == "auto" and not block_blockers(cfg, "numba", "cpu"):     # long runs on many ranks: blocks
+            train.run(dataclasses.replace(run_cfg, store="blocks"), Comm.serial(), log=None)
         seconds["train"] = time.perf_counter() - t
         log(f"{PROG}: the training kernel ready: {cfg.model}, --loss {cfg.loss}, --dim {cfg.dim}"
             f"{', --subwords' if cfg.subwords else ''} ({seconds['train']:.1f} s)")
-    if cfg.store == "replicated":
+    if cfg.store in ("replicated", "auto"):
         t = time.perf_counter()
         warm_sync(cfg, cfg.dim)
         seconds["sync"] = time.perf_counter() - t

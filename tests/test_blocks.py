@@ -218,9 +218,11 @@ def test_a_pass_is_4m_words_or_what_bounds_the_rings_bytes_and_steps_and_a_run_h
 
     run = 3 * 64_332_282                                                 # enwiki-64M x 3
     assert block_pass_words(run, 8, 145_785) == 500_000                   # 4M-word passes
-    assert block_pass_words(run, 16, 145_785) == int(40 * 16 * 1e6 / 150) // 16         # the latency steps
-    assert block_pass_words(run, 32, 145_785) == int(72 * 32 * 1e6 / 150) // 32
-    assert block_pass_words(10**10, 16, 2_000_000) == int(2_000_000 * 104 * 15 / 60) // 16   # the ring's bytes
+    assert block_pass_words(run, 16, 145_785) == int(145_785 * 104 * 15 / 30) // 16      # the ring's bytes
+    assert block_pass_words(run, 16, 50_000) == int(40 * 16 * 1e6 / 150) // 16           # the latency steps
+    assert block_pass_words(run, 32, 145_785) == int(145_785 * 104 * 31 / 30) // 32
+    assert block_pass_words(run, 32, 100_000) == int(72 * 32 * 1e6 / 150) // 32
+    assert block_pass_words(10**10, 16, 2_000_000) == int(2_000_000 * 104 * 15 / 30) // 16   # the ring's bytes
     assert block_pass_words(run // 3, 32, 145_785) == run // 3 // 12 // 32            # 12 passes at least
     assert block_pass_words(2 * 3_000_000, 8, 2_724) == 6_000_000 // 12 // 8   # the demo x 2
     assert block_pass_words(10_000, 4) == 5_000                                # never below the floor
@@ -232,3 +234,63 @@ def test_the_ring_goes_int8_from_16_ranks_unless_wire_says():
     cfg = TrainConfig(store="blocks")
     assert [block_wire(cfg, p) for p in (1, 8, 15, 16, 32)] == ["fp32"] * 3 + ["int8"] * 2
     assert block_wire(TrainConfig(store="blocks", wire="bf16"), 32) == "bf16"
+
+
+def auto_cfg(*flags: str) -> TrainConfig:
+    return parse_command(TrainConfig, list(flags), prog="test", description="")
+
+
+@pytest.mark.parametrize("ranks, words, store", [
+    (1, 10**9, "replicated"), (4, 10**9, "replicated"),            # few ranks: averaging keeps quality
+    (8, 16_000_000, "replicated"), (16, 39_999_999, "replicated"),  # short runs: averaging learns more per word
+    (8, 40_000_000, "blocks"), (16, 193_000_000, "blocks"), (32, 48_000_000, "blocks"),
+])
+def test_store_auto_trains_long_runs_on_many_ranks_on_blocks(ranks, words, store):
+    from mpidwe.core.config import store_of
+
+    got, why = store_of(auto_cfg(), ranks, words, "numba", "cpu")
+    assert got == store
+    assert (why == "") == (ranks < 8)                  # from 8 ranks the first log line says why
+    assert got == "replicated" or "long run" in why
+
+
+@pytest.mark.parametrize("flags, kernel, device, names", [
+    (["--model", "cbow"], "numba", "cpu", "CBOW"),
+    (["--loss", "hs"], "numba", "cpu", "--loss hs"),
+    (["--subwords"], "numba", "cpu", "--subwords"),
+    ([], "torch", "cuda", "the torch kernel"),
+    (["--sync-full", "64"], "numba", "cpu", "--sync-full"),
+    (["--max-local-lr", "0.1"], "numba", "cpu", "--max-local-lr"),
+    (["--sync-every", "20000"], "numba", "cpu", "--sync-every"),
+    (["--wire", "int4"], "numba", "cpu", "--wire int4"),
+    (["--overlap"], "numba", "cpu", "--overlap"),
+])
+def test_store_auto_stays_replicated_where_the_run_needs_averaging_and_says_why(flags, kernel, device, names):
+    from mpidwe.core.config import store_of
+
+    store, why = store_of(auto_cfg(*flags), 16, 193_000_000, kernel, device)
+    assert store == "replicated" and names in why and "\n" not in why
+
+
+def test_an_explicit_store_is_kept_whatever_the_run():
+    from mpidwe.core.config import store_of
+
+    assert store_of(auto_cfg("--store", "replicated"), 16, 193_000_000, "numba", "cpu") == ("replicated", "")
+    assert store_of(auto_cfg("--store", "blocks"), 2, 1_000, "numba", "cpu") == ("blocks", "")
+    assert TrainConfig().store == "auto"
+
+
+def test_the_first_log_line_says_which_store_auto_chose_and_why():
+    from mpidwe.core.config import store_of
+    from mpidwe.train.rundir import summary_line
+
+    store, why = store_of(auto_cfg(), 16, 193_000_000, "numba", "cpu")
+    r = dict(loss="ns", negative=5, subwords=False, store=store, store_choice=why, balance="off", model="skipgram",
+             dim=100, window=5, epochs=3, words_total=193_000_000, vocab_size=145_785, corpus="c.h5", ranks=16,
+             threads=1, kernel="numba", device="cpu", sync="auto", sync_every=473_806, lr=0.025, lr_scale=1,
+             compute_choice="", exchange="mpi", block_wire="int8")
+    line = summary_line(r, "run/config.json")
+    assert "store blocks (auto: a long run (193,000,000 words) on 16 ranks" in line and "no averaging" in line
+    short = dict(r, store="replicated", store_choice=store_of(auto_cfg(), 16, 16_000_000, "numba", "cpu")[1])
+    assert "store replicated (auto: 16,000,000 words" in summary_line(dict(short, sync_tiers=None), "c.json")
+    assert ", store" not in summary_line(dict(short, store_choice="", sync_tiers=None), "c.json")

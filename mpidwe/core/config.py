@@ -222,7 +222,10 @@ class TrainConfig:
     exchange: str = opt("mpi", "--kernel torch on several ranks: how the device's rows travel between ranks: "
                         "mpi (through host memory and MPI) or torch (device to device by torch.distributed: "
                         "NCCL on CUDA, gloo on CPU; the same model, docs/lab/sync-modes.md)", choices=["mpi", "torch"])
-    store: str = opt("replicated", "replicated: every rank holds both full matrices; sharded: each rank owns "
+    store: str = opt("auto", "auto: blocks for long runs on 8 or more ranks where the run allows it (skip-gram, "
+                     "negative sampling, the numba kernel on the CPU, no averaging option given), replicated "
+                     "otherwise (docs/guide.md, \"Long runs on many ranks\"); "
+                     "replicated: every rank holds both full matrices; sharded: each rank owns "
                      "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
                      "beyond one rank's memory; numba kernel, --sync sparse; docs/lab/sync-modes.md); blocks: "
                      "rank r owns vocabulary block r's input rows and the output blocks travel round a ring, so "
@@ -230,7 +233,7 @@ class TrainConfig:
                      "numba kernel; a round is one pass of the ring: --sync-every words per rank, auto "
                      "4M words over all ranks, more where the ring's bytes or latency per word would be many, at "
                      "most the run's words / 12; docs/lab/blocks.md)",
-                     choices=["replicated", "sharded", "blocks"])
+                     choices=["auto", "replicated", "sharded", "blocks"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
                          "without; the thread needs a core of its own: where the ranks fill the cores it "
@@ -307,7 +310,7 @@ class TrainConfig:
         """Whether tiers (--sync-full > 1) can combine this run's rows: the replicated store
         (the numba kernel's, or the torch and triton kernels' device store, whose syncs the
         host combines: --exchange mpi), with --sync auto, sparse or dense."""
-        return self.store == "replicated" and self.exchange == "mpi" and self.sync != "average"
+        return self.store in ("replicated", "auto") and self.exchange == "mpi" and self.sync != "average"
 
     def __post_init__(self):
         _positive("keep_checkpoints", self.keep_checkpoints)
@@ -318,7 +321,7 @@ class TrainConfig:
         _positive("eval_restrict_vocab", self.eval_restrict_vocab)
         _positive("sync_every", self.sync_every, allow_zero=True)
         _positive("sync_seconds", self.sync_seconds, allow_zero=True)
-        _check(self.sync_seconds == 0 or (self.store == "replicated" and self.balance == "off"),
+        _check(self.sync_seconds == 0 or (self.store in ("replicated", "auto") and self.balance == "off"),
                "--sync-seconds re-plans the rounds of the replicated store with --balance off (the sharded "
                "store plans its rounds ahead; --balance speed splits each round by speed already)")
         _positive("memory_budget", self.memory_budget, allow_zero=True)
@@ -341,13 +344,13 @@ class TrainConfig:
                f"--wire-feedback on keeps what int8 and int4 rows round away; --wire {self.wire} sends "
                f"{'every bit' if self.wire == 'fp32' else 'rows rounded to 8 bits of mantissa, without feedback'}: "
                f"give --wire int8 or int4, or leave --wire-feedback at auto")
-        _check(not self.overlap or (self.store == "replicated" and self.kernel not in ("torch", "triton") and self.device != "cuda"),
+        _check(not self.overlap or (self.store in ("replicated", "auto") and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "
                "which has --pipeline, nor --kernel torch)")
         _check(self.sync_full <= 1 or self.tiers_can_apply(),
                "--sync-full > 1 combines rows in tiers on the replicated store with --exchange mpi and --sync "
                "auto, sparse or dense")
-        _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store == "replicated"
+        _check(self.exchange == "mpi" or (self.kernel != "numba" and self.store in ("replicated", "auto")
                                           and self.wire in ("fp32", "auto") and self.allreduce == "mpi"),
                "--exchange torch moves the torch or triton kernel's rows (--kernel torch/triton, or auto on CUDA) on the "
                "replicated store, by torch.distributed's own all-reduce in fp32 (not --wire, --allreduce ring)")
@@ -477,6 +480,49 @@ def block_wire(cfg: TrainConfig, world_size: int) -> str:
     if cfg.wire != "auto":
         return cfg.wire
     return "int8" if world_size >= BLOCK_INT8_MIN_RANKS else "fp32"
+
+
+# --store auto trains on the block store (every row one writer, no averaging) from this many
+# ranks on, in runs of at least BLOCKS_AUTO_RUN_WORDS words (all epochs): there averaging's copies
+# drift apart, which no sync schedule or local rate we measured repairs (8 and 16 ranks lost
+# 0.04-0.10 WS-353 on enwiki-64M over 3 epochs), while blocks kept one process's quality at 8,
+# 16 and 32 ranks; in short runs averaging's raised local rate learns more per word
+# (docs/lab/sync-modes.md, "Long runs: averaging or blocks")
+BLOCKS_AUTO_MIN_RANKS = 8
+BLOCKS_AUTO_RUN_WORDS = 40_000_000
+
+
+def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
+    """What in ``cfg`` (the kernel and device resolved) keeps --store auto on the replicated
+    store: options the block store refuses, and options only averaging reads."""
+    return [name for name, on in (
+        ("CBOW", cfg.model != "skipgram"), ("--loss hs", cfg.loss != "ns"), ("--subwords", cfg.subwords),
+        (f"the {kernel} kernel", kernel != "numba"), (f"--device {device}", device != "cpu"),
+        ("--balance speed", cfg.balance != "off"), ("--overlap", cfg.overlap),
+        (f"--sync {cfg.sync}", cfg.sync != "auto"), ("--sync-every", cfg.sync_every != 0),
+        ("--sync-full", cfg.sync_full != 0), ("--sync-hot", cfg.sync_hot != 0),
+        ("--sync-seconds", cfg.sync_seconds != 0), ("--max-local-lr", cfg.max_local_lr != default_max_local_lr(cfg.loss, cfg.lr)),
+        ("--wire-feedback", cfg.wire_feedback != "auto"), (f"--wire {cfg.wire}", cfg.wire != "auto"),
+        (f"--allreduce {cfg.allreduce}", cfg.allreduce != "mpi"), (f"--exchange {cfg.exchange}", cfg.exchange != "mpi"))
+        if on]
+
+
+def store_of(cfg: TrainConfig, world_size: int, run_words: int, kernel: str, device: str) -> tuple[str, str]:
+    """The store this run trains on, and why (\"\" where --store said it): --store, or for auto
+    blocks from BLOCKS_AUTO_MIN_RANKS ranks in runs of BLOCKS_AUTO_RUN_WORDS words or more
+    (``run_words``: all epochs) where nothing in block_blockers holds, else replicated."""
+    if cfg.store != "auto":
+        return cfg.store, ""
+    if world_size < BLOCKS_AUTO_MIN_RANKS:
+        return "replicated", ""
+    if run_words < BLOCKS_AUTO_RUN_WORDS:
+        return "replicated", (f"auto: {run_words:,} words, under {BLOCKS_AUTO_RUN_WORDS:,}, average well; longer runs "
+                              f"train on --store blocks")
+    blockers = block_blockers(cfg, kernel, device)
+    if blockers:
+        return "replicated", f"auto: {', '.join(blockers)} keep(s) averaging; long runs keep quality on --store blocks"
+    return "blocks", (f"auto: a long run ({run_words:,} words) on {world_size} ranks, where averaging copies "
+                      f"loses quality")
 
 
 def feedback_of(option: str, tiered: bool, loss: str = "ns") -> bool:

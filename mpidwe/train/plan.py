@@ -9,13 +9,14 @@ train/resume.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.config import MIN_SYNC_EVERY, TrainConfig, block_wire, tiers_of, to_dict, wire_of
+from ..core.config import MIN_SYNC_EVERY, TrainConfig, block_wire, store_of, tiers_of, to_dict, wire_of
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
@@ -116,8 +117,10 @@ BLOCK_PASS_WORDS = 4_000_000
 # ... longer where the ring's bytes or its latency steps per word would be too many: a pass
 # sends the output matrix once round the ring (V (P - 1) rows per rank, in int8 d + 4 bytes
 # each) and takes about 2 P + 8 latency steps (the routing's all-to-all and the ring's P - 1
-# steps), against P over the pass's words per rank
-BLOCK_RING_BYTES_PER_WORD = 60
+# steps), against P over the pass's words per rank. The ring gets 30 bytes per word of a
+# 60-byte budget: the pairs' routing takes 25-30 more (int32 ids; enwiki-64M at 16 ranks: 7.6M-word
+# passes, 57 bytes a word in all, one process's quality on two seeds; docs/lab/blocks.md)
+BLOCK_RING_BYTES_PER_WORD = 30
 BLOCK_STEPS_PER_MILLION = 150
 # ... and at least this many passes in a run: each trains every bucket once, so a short run
 # needs short passes (the 3M-token demo corpus, 2 epochs, 8 ranks: 96.5% analogy in 8 passes,
@@ -363,9 +366,20 @@ def size_warnings(n_tokens: int, n_words: int, ranks: int) -> list[str]:
     return out
 
 
-def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | None = None) -> Plan:
-    """``compute``: the run's device and kernel when already chosen (before the corpus opens)."""
+def resolve_store(cfg: TrainConfig, world_size: int, corpus: Corpus, compute: Compute) -> tuple[TrainConfig, str]:
+    """``cfg`` with --store auto resolved (config.store_of: the block store for long runs on
+    many ranks), and why (said in the first log line); the same on every rank."""
+    store, why = store_of(cfg, world_size, corpus.n_tokens * cfg.epochs, compute.kernel, compute.device)
+    return (cfg if store == cfg.store else dataclasses.replace(cfg, store=store)), why
+
+
+def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | None = None,
+              store_choice: str = "") -> Plan:
+    """``compute``: the run's device and kernel when already chosen (before the corpus opens);
+    ``cfg.store`` resolved (:func:`resolve_store`, which says why: ``store_choice``)."""
     compute = choose_compute(cfg, comm) if compute is None else compute
+    if cfg.store == "auto":
+        cfg, store_choice = resolve_store(cfg, comm.size, corpus, compute)
     device, kernel = compute.device, compute.kernel
     # --store blocks: one writer per row, so every rank trains at one process's rate
     scale = 1 if cfg.store == "blocks" else comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr,
@@ -398,7 +412,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     if cfg.balance == "speed":    # one stream for all ranks; targets are global positions
         rounds = max(1, math.ceil(words_total / (comm.size * sync_every)))
     resolved = dict(to_dict(cfg), corpus=corpus.path, corpus_id=corpus.corpus_id, device=device, kernel=kernel,
-                    compute_choice=compute.why,
+                    compute_choice=compute.why, store_choice=store_choice,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale, sync_tiers=tiers,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
                     **({"block_wire": block_wire(cfg, comm.size)} if cfg.store == "blocks" else {}),

@@ -146,7 +146,7 @@ def summary_line(r: dict, config_json: str) -> str:
     configuration, some 1,400 characters of JSON, is in config.json)."""
     loss = "hierarchical softmax" if r["loss"] == "hs" else f"negative {r['negative']}"
     why = f" ({r['compute_choice']})" if r["compute_choice"] else ""      # why this device and kernel
-    extras = "".join((", subwords" if r["subwords"] else "", f", store {r['store']}" if r["store"] != "replicated" else "",
+    extras = "".join((", subwords" if r["subwords"] else "", _store(r),
                       f", balance {r['balance']}" if r["balance"] != "off" else "",
                       f", exchange {r['exchange']}" if r["exchange"] != "mpi" else ""))
     return (f"{PROG} {__version__}: {r['model']}, dim {r['dim']}, window {r['window']}, {loss}{extras}, "
@@ -154,6 +154,14 @@ def summary_line(r: dict, config_json: str) -> str:
             f"{r['vocab_size']:,}) from {r['corpus']}; {r['ranks']} rank(s) x {r['threads']} thread(s), "
             f"{r['kernel']} on {r['device']}{why}, {_combining(r)}, lr {r['lr']:g} x "
             f"{r['lr_scale']}; every setting: {config_json}")
+
+
+def _store(r: dict) -> str:
+    """The store where it is not the replicated one or --store auto chose (and why)."""
+    why = r.get("store_choice") or ""
+    if r["store"] == "replicated" and not why:
+        return ""
+    return f", store {r['store']}" + (f" ({why})" if why else "")
 
 
 def _combining(r: dict) -> str:

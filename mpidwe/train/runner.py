@@ -16,7 +16,7 @@ from ..parallel.comm import Comm
 from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
-from .plan import Compute, Plan, choose_compute, make_plan, size_warnings
+from .plan import Compute, Plan, choose_compute, make_plan, resolve_store, size_warnings
 from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state, needs_replan
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty, take_back
 from .warm import warm_start
@@ -144,7 +144,8 @@ def store_class(cfg: TrainConfig, plan: Plan) -> type[Store]:
 
 
 def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest, compute: Compute) -> RunResult:
-    plan = make_plan(cfg, comm, corpus, compute)
+    cfg, store_choice = resolve_store(cfg, comm.size, corpus, compute)      # --store auto: which store
+    plan = make_plan(cfg, comm, corpus, compute, store_choice)
     lock = comm.on_root(_take_run_dir, cfg, log, broadcast=False)
     kind = store_class(cfg, plan)
     bad_input = False
