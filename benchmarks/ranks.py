@@ -77,7 +77,7 @@ def prepare(kind: str, workdir: Path, data: Path = DATA) -> tuple[str, list[str]
 
 
 def run_one(corpus: str, flags: list[str], names: dict, ranks: int, mode: str, out: Path, extra: list[str]) -> dict:
-    how = ["--store", "blocks"] if mode == "blocks" else ["--sync", mode]
+    how = ["--store", "blocks"] if mode == "blocks" else ["--store", "replicated", "--sync", mode]
     cmd = mpi_launch(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", str(out), "--force", "--threads", "1",
                              *how, "--no-progress", "--no-export", *flags, *extra])
     t = time.perf_counter()

@@ -54,6 +54,8 @@ def last(run: str) -> dict:
 
 def flags(run: str) -> str:
     cfg = json.loads(Path(run, "config.json").read_text())
+    if cfg.get("store") == "blocks":      # one pass of the ring a round
+        return f"blocks, passes of {cfg['sync_every']:,} words per rank, {cfg.get('block_wire', 'fp32')}"
     parts = [f"sync {cfg['sync']}", f"every {cfg['sync_every']:,}"]
     tiers = cfg.get("sync_tiers")       # as run (--sync-full 0, auto, resolved); older runs: the flags
     if tiers:

@@ -521,8 +521,8 @@ def store_of(cfg: TrainConfig, world_size: int, run_words: int, kernel: str, dev
     blockers = block_blockers(cfg, kernel, device)
     if blockers:
         return "replicated", f"auto: {', '.join(blockers)} keep(s) averaging; long runs keep quality on --store blocks"
-    return "blocks", (f"auto: a long run ({run_words:,} words) on {world_size} ranks, where averaging copies "
-                      f"loses quality")
+    return "blocks", (f"auto: a long run ({run_words:,} words) on {world_size} ranks, where averaged copies "
+                      f"lose quality")
 
 
 def feedback_of(option: str, tiered: bool, loss: str = "ns") -> bool:
