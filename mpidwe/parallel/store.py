@@ -119,6 +119,9 @@ class Store(ABC):
     plans_rounds = False
     #: True: :meth:`train` wants the next round's work too (``ahead``), to fetch its rows early
     looks_ahead = False
+    #: True: the store copies the rows it trains out of the parameters it is built over, and
+    #: the trainer lets go of those; :meth:`host` returns the trained matrices
+    keeps_own_rows = False
     stats: SyncStats
 
     # ---------------------------------------------------------------- where a run starts
@@ -177,8 +180,10 @@ class Store(ABC):
         """Combine every change a sync left waiting (a collective): afterwards every rank holds
         the same parameters. :meth:`rows`, :meth:`save` and :meth:`write_vectors` flush first."""
 
-    def host(self) -> None:
-        """After this the run's host arrays hold the trained parameters."""
+    def host(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """After this the run's host arrays hold the trained parameters; a store that
+        :attr:`keeps_own_rows` returns them instead (w_in, w_out)."""
+        return None
 
     def report(self) -> dict:
         """This rank's store-specific metrics (rank 0 lists them per rank in metrics.jsonl)."""
