@@ -232,3 +232,27 @@ def test_the_ring_goes_int8_from_16_ranks_unless_wire_says():
     cfg = TrainConfig(store="blocks")
     assert [block_wire(cfg, p) for p in (1, 8, 15, 16, 32)] == ["fp32"] * 3 + ["int8"] * 2
     assert block_wire(TrainConfig(store="blocks", wire="bf16"), 32) == "bf16"
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_a_rank_starts_from_its_rows_of_the_one_process_initialisation(world):
+    """--store blocks, a fresh run: each rank's input block rows, made without the whole
+    matrix, are the replicated initialisation's rows bit for bit; its output rows are zeros."""
+    from types import SimpleNamespace
+
+    from mpidwe.parallel import blocks
+    from mpidwe.parallel.replicated import init_params
+    from mpidwe.parallel.sharded import init_rows
+
+    v, dim, seed = 300, 6, 4
+    counts = zipf_counts(v, 2)
+    full_in, _ = init_params(v, dim, seed)
+    members, offsets = blocks.rank_blocks(counts, world)
+    cfg = TrainConfig(store="blocks", dim=dim, seed=seed)
+    for r in range(world):
+        w_in, w_out = blocks.fresh_params(cfg, SimpleNamespace(rank=r, size=world), v, counts)
+        mine = members[offsets[r]:offsets[r + 1]]
+        assert len(mine) < v or world == 1
+        np.testing.assert_array_equal(w_in, full_in[mine])
+        assert w_out.shape == w_in.shape and not w_out.any()
+        np.testing.assert_array_equal(init_rows(v, dim, seed, mine, piece_rows=7), full_in[mine])

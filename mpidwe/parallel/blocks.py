@@ -39,9 +39,60 @@ from ..kernels.args import KernelArgs
 from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, train_bucket
 from ..kernels.rows import Params
 from .comm import Comm
-from .replicated import fresh_params, read_params, save_on_root, write_on_root
+from . import replicated
+from .replicated import save_on_root, write_on_root
+from .sharded import init_rows
 from .store import Store, StoreSetup, SyncStats, Trained, Work
 from .wire import decode, encode, row_bytes
+
+
+# ------------------------------------------------------------------ the rows a run starts from
+def rank_blocks(counts: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """(members, offsets) of the run's blocks (core.blocks.block_members over snake_blocks)."""
+    return block_members(snake_blocks(counts, world), world)
+
+
+def fresh_params(cfg, comm: Comm, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of the replicated store's initialisation, the same values: its input
+    block's rows, generated piece by piece without the whole matrix (sharded.init_rows), and
+    the zero rows of the output block it holds first (its own number's). ``counts`` None (a
+    warm start, which writes the carried rows into them): the whole matrices, which every
+    rank holds until the store has copied its rows."""
+    if counts is None:
+        return replicated.fresh_params(cfg, comm, vocab_size)
+    members, offsets = rank_blocks(counts, comm.size)
+    mine = members[offsets[comm.rank]:offsets[comm.rank + 1]]
+    return init_rows(vocab_size, cfg.dim, cfg.seed, mine), np.zeros((len(mine), cfg.dim), np.float32)
+
+
+def read_params(found, where: dict, comm: Comm, cfg, vocab_size: int, counts=None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Rank 0 read the whole checkpoint (``found``: it holds both matrices until the run
+    starts) and sends every rank its rows, one message a matrix: as :func:`fresh_params`.
+    ``counts`` None: every rank receives the whole matrices (replicated.read_params)."""
+    if counts is None:
+        return replicated.read_params(found, where, comm, cfg, vocab_size)
+    if comm.size == 1:
+        return found.w_in, found.w_out
+    members, offsets = rank_blocks(counts, comm.size)
+    w_in = scatter_blocks(comm, found.w_in if comm.is_root else None, members, offsets, cfg.dim)
+    w_out = scatter_blocks(comm, found.w_out if comm.is_root else None, members, offsets, cfg.dim)
+    return w_in, w_out
+
+
+def scatter_blocks(comm: Comm, whole: np.ndarray | None, members: np.ndarray, offsets: np.ndarray,
+                   dim: int) -> np.ndarray:
+    """Rank 0's ``whole`` matrix (word order): every rank gets the rows of its block, rank
+    after rank."""
+    def block(r: int) -> np.ndarray:
+        return members[offsets[r]:offsets[r + 1]]
+
+    nothing = np.empty((0, dim), np.float32)
+    if not comm.is_root:
+        return comm.sendrecv_(nothing, 0, np.empty((len(block(comm.rank)), dim), np.float32), 0)
+    for r in range(1, comm.size):
+        comm.sendrecv_(np.ascontiguousarray(whole[block(r)]), r, nothing, r)
+    return np.ascontiguousarray(whole[block(0)])
 
 
 class BlockStore(Store):
@@ -52,13 +103,15 @@ class BlockStore(Store):
     keeps_own_rows = True
 
     def __init__(self, comm: Comm, w_in: np.ndarray, w_out: np.ndarray, setup: StoreSetup):
-        """``w_in``, ``w_out``: the whole matrices in word order, of which the store copies
-        the rows this rank trains first (the caller drops them: Store.keeps_own_rows)."""
+        """``w_in``, ``w_out``: this rank's rows (:func:`fresh_params`, :func:`read_params`:
+        its input block's and its own number's output block's), or the whole matrices in
+        word order (a warm start), of which the store copies its rows (the caller drops
+        them: Store.keeps_own_rows)."""
         if setup.counts is None:
             raise ValueError("the block store needs the vocabulary's counts")
         p, rank = comm.size, comm.rank
         self.comm, self.seed, self.threads = comm, setup.cfg.seed, setup.threads
-        self.vocab, self.dim = len(w_out), w_in.shape[1]
+        self.vocab, self.dim = setup.vocab_size, w_in.shape[1]
         self.block_of = snake_blocks(setup.counts, p)
         self.members, self.offsets = block_members(self.block_of, p)
         self.noise = block_noise_tables(setup.counts, self.members, self.offsets)
@@ -72,10 +125,15 @@ class BlockStore(Store):
         self.within = (np.arange(self.vocab) - self.offsets[self.slot_block]).astype(np.int32)
         self.row_of = self.within[self.position]
         most = int(np.diff(self.offsets).max()) if self.vocab else 0
-        self.w_in = np.ascontiguousarray(w_in[self.block(rank)])
+        # whole matrices (a warm start), or this rank's rows (the same where one block holds every word)
+        mine = self.block(rank)
+        whole = len(w_in) == self.vocab
+        if not whole and not len(w_in) == len(w_out) == len(mine):
+            raise ValueError(f"rank {rank}'s block has {len(mine)} rows, its parameters {len(w_in)}")
+        self.w_in = np.ascontiguousarray(w_in[mine] if whole else w_in)
         # the held output block (its first rows), and the ring's receive buffer
         self.out_rows = np.zeros((most, self.dim), np.float32)
-        self.out_rows[:self.size(rank)] = w_out[self.block(rank)]
+        self.out_rows[:len(mine)] = w_out[mine] if whole else w_out
         self.spare = np.empty_like(self.out_rows) if p > 1 else None
         # the kernel's touched marks (not read: every pass moves whole blocks)
         self.touched = (np.zeros(len(self.w_in), np.uint8), np.zeros(most, np.uint8))

@@ -126,14 +126,16 @@ class Store(ABC):
 
     # ---------------------------------------------------------------- where a run starts
     @staticmethod
-    def fresh_params(cfg, comm, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's parameters at the start of a new run."""
+    def fresh_params(cfg, comm, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's parameters at the start of a new run (``counts``: the vocabulary's, for
+        a store whose rows depend on them; None: the whole matrices, for a warm start)."""
         raise NotImplementedError
 
     @staticmethod
-    def read_params(found, where: dict, comm, cfg, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    def read_params(found, where: dict, comm, cfg, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
         """This rank's parameters from the checkpoint at ``where`` (``path``, ``parts``);
-        ``found``: rank 0's loaded checkpoint (None on the other ranks)."""
+        ``found``: rank 0's loaded checkpoint (None on the other ranks); ``counts`` as for
+        :meth:`fresh_params`."""
         raise NotImplementedError
 
     @staticmethod

@@ -156,7 +156,8 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
             plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
         comm.on_root(_check_run_dir, cfg, state is not None)
         if state is None:
-            state = fresh_state(cfg, plan, comm, kind, corpus.n_words)
+            # a warm start writes the carried rows into the whole matrices
+            state = fresh_state(cfg, plan, comm, kind, corpus.n_words, None if cfg.init_from else corpus.counts)
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
                 origin = plan.resolved["init_from"]["path"]
