@@ -125,15 +125,17 @@ class BlockStore(Store):
         self.within = (np.arange(self.vocab) - self.offsets[self.slot_block]).astype(np.int32)
         self.row_of = self.within[self.position]
         most = int(np.diff(self.offsets).max()) if self.vocab else 0
-        # whole matrices (a warm start), or this rank's rows (the same where one block holds every word)
+        # this rank's rows, taken as they are (also the whole matrices where one block holds
+        # every word: one rank), or the whole matrices (a warm start), copied from
         mine = self.block(rank)
-        whole = len(w_in) == self.vocab
-        if not whole and not len(w_in) == len(w_out) == len(mine):
+        own = len(w_in) == len(w_out) == len(mine)
+        if not own and not len(w_in) == len(w_out) == self.vocab:
             raise ValueError(f"rank {rank}'s block has {len(mine)} rows, its parameters {len(w_in)}")
-        self.w_in = np.ascontiguousarray(w_in[mine] if whole else w_in)
+        self.w_in = np.ascontiguousarray(w_in if own else w_in[mine])
         # the held output block (its first rows), and the ring's receive buffer
-        self.out_rows = np.zeros((most, self.dim), np.float32)
-        self.out_rows[:len(mine)] = w_out[mine] if whole else w_out
+        rows = np.ascontiguousarray(w_out if own else w_out[mine])
+        self.out_rows = rows if len(rows) == most else np.zeros((most, self.dim), np.float32)
+        self.out_rows[:len(mine)] = rows
         self.spare = np.empty_like(self.out_rows) if p > 1 else None
         # the kernel's touched marks (not read: every pass moves whole blocks)
         self.touched = (np.zeros(len(self.w_in), np.uint8), np.zeros(most, np.uint8))

@@ -22,7 +22,10 @@ method of a store is a collective: all ranks call it in the same order.
 The life of a store: the class gives the parameters a run starts from (``fresh_params``) or
 reads them from a checkpoint (``read_params``); the trainer builds the store over them, then
 per round calls :meth:`Store.train` and :meth:`Store.sync`; for evaluation, checkpoints and
-the export it calls :meth:`Store.rows`, :meth:`Store.save` and :meth:`Store.write_vectors`.
+the export it calls :meth:`Store.rows`, :meth:`Store.save` and :meth:`Store.write_vectors`;
+at the end :meth:`Store.host`. A store that keeps its own copies of the rows it trains (the
+block store: ``keeps_own_rows``) gets them from the parameters it is built over, which the
+trainer then lets go, and returns the trained matrices from :meth:`Store.host`.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
     if comm.size > 1:
         assert all(len(a) < V for a in arrays)
         assert held <= (3 * V / comm.size + 3) * DIM * 4 < 2 * V * DIM * 4
-    w_in[:] = w_out[:] = np.nan   # the store trains its own copies of its rows
+        w_in[:] = w_out[:] = np.nan   # the store trains its own copies of its rows (one rank: the arrays it was given)
     rows = store.rows(None)       # rank 0's whole input matrix: what evaluation and the export read
     want_in, want_out, want_pairs = replay(comm.size, counts, args)
     assert comm.allreduce_scalar(store.pairs) == want_pairs > 0
