@@ -140,6 +140,10 @@ def test_a_block_run_is_identical_on_every_rank_and_resumes_exactly(demo, job_tm
     flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2")
     whole, res = train_here(comm, demo, job_tmp / "whole", "auto", *flags)
     assert not comm.is_root or res.metrics[-1]["blocks"] == comm.size
+    if comm.is_root:              # each rank held its blocks' rows, not the matrices (3 V d)
+        v, dim = res.w_in.shape
+        held = res.metrics[-1]["block_param_bytes"]
+        assert len(held) == comm.size and max(held) <= (3 * v / comm.size + 3) * dim * 4 < 2 * v * dim * 4
     assert res.config["lr_scale"] == 1 and res.config["sync_tiers"] is None   # no rule, no tiers
     # stopped half way (a checkpoint at a round), then resumed: the same bits
     first, _ = train_here(comm, demo, job_tmp / "half", "auto", *flags, "--checkpoint-every", "150000")
