@@ -270,9 +270,11 @@ class BlockStore(Store):
         return data
 
     def by_rows(self, n: int, work) -> None:
-        """``work(a, b)`` over row ranges covering [0, n), one per thread."""
-        cuts = np.linspace(0, n, self.threads + 1).astype(np.int64)
-        by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), self.threads if n >= 1024 else 1)
+        """``work(a, b)`` over row ranges covering [0, n), one per thread (one range below
+        1,024 rows)."""
+        threads = self.threads if n >= 1024 else 1
+        cuts = np.linspace(0, n, threads + 1).astype(np.int64)
+        by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), threads)
 
     @contextmanager
     def accounted(self):
