@@ -16,11 +16,12 @@ it sends (every rank sends every block once a pass, so V x d floats: the same nu
 them all). The vocabulary's own arrays (ids, positions, noise tables) are about 32 bytes a
 word. Rank 0 holds whole matrices only for a moment: the input matrix from a flush (an
 evaluation, a checkpoint, the export) until the next round, and the output matrix while it
-writes a checkpoint. A run starts from the replicated store's parameters (every rank builds
-or receives the whole matrices once, the same values as one process, and keeps its rows),
-writes the replicated store's checkpoints (so resume on any rank count re-plans the blocks),
-and at its end :meth:`BlockStore.host` gives every rank the whole trained model again (what
-a run returns).
+writes a checkpoint. A fresh run makes only its rows of the replicated store's
+initialisation (the same values, :func:`fresh_params`); a resume has rank 0 read the
+checkpoint and send every rank its rows (:func:`read_params`); ``--init-from`` starts from
+the whole matrices on every rank until the store has copied its rows. The checkpoints are the
+replicated store's (so resume on any rank count re-plans the blocks), and at the end of a run
+:meth:`BlockStore.host` gives every rank the whole trained model (what a run returns).
 """
 
 from __future__ import annotations
