@@ -294,3 +294,45 @@ def test_the_first_log_line_says_which_store_auto_chose_and_why():
     short = dict(r, store="replicated", store_choice=store_of(auto_cfg(), 16, 16_000_000, "numba", "cpu")[1])
     assert "store replicated (auto: 16,000,000 words" in summary_line(dict(short, sync_tiers=None), "c.json")
     assert ", store" not in summary_line(dict(short, store_choice="", sync_tiers=None), "c.json")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_a_rank_starts_from_its_rows_of_the_one_process_initialisation(world):
+    """--store blocks, a fresh run: each rank's input block rows, made without the whole
+    matrix, are the replicated initialisation's rows bit for bit; its output rows are zeros."""
+    from types import SimpleNamespace
+
+    from mpidwe.parallel import blocks
+    from mpidwe.parallel.replicated import init_params
+    from mpidwe.parallel.sharded import init_rows
+
+    v, dim, seed = 300, 6, 4
+    counts = zipf_counts(v, 2)
+    full_in, _ = init_params(v, dim, seed)
+    members, offsets = blocks.rank_blocks(counts, world)
+    cfg = TrainConfig(store="blocks", dim=dim, seed=seed)
+    for r in range(world):
+        w_in, w_out = blocks.fresh_params(cfg, SimpleNamespace(rank=r, size=world), v, counts)
+        mine = members[offsets[r]:offsets[r + 1]]
+        assert len(mine) < v or world == 1
+        np.testing.assert_array_equal(w_in, full_in[mine])
+        assert w_out.shape == w_in.shape and not w_out.any()
+        np.testing.assert_array_equal(init_rows(v, dim, seed, mine, piece_rows=7), full_in[mine])
+
+
+@pytest.mark.parametrize("threads, n", [(1, 10), (2, 10), (3, 1023), (2, 1024), (4, 5000)])
+def test_the_ring_encodes_and_decodes_every_row_of_a_block(threads, n):
+    """by_rows (the lossy ring's encoding and decoding) covers all n rows once on any number
+    of threads: with 2 threads and a block under 1,024 rows it once did half of them, so half
+    a received block kept what the buffer held before."""
+    from types import SimpleNamespace
+
+    from mpidwe.parallel.blocks import BlockStore
+
+    seen = np.zeros(n, int)
+
+    def work(a, b):
+        seen[a:b] += 1
+
+    BlockStore.by_rows(SimpleNamespace(threads=threads), n, work)
+    assert (seen == 1).all()

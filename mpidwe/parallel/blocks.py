@@ -9,14 +9,24 @@ the block on (one message each way). No rank ever combines copies of a row, so t
 combining rule, no learning-rate scaling and nothing that grows with the rank count but the
 ring's bytes (docs/lab/blocks.md).
 
-Every rank keeps both full matrices (the replicated store's memory); only its input block
-and the output block it holds are current. :meth:`BlockStore.flush` makes every rank's copy
-current (before an evaluation, a checkpoint or the export), so checkpoints are the
-replicated store's and resume on any rank count re-plans the blocks.
+Memory: a rank holds only the rows it trains: its input block, the output block it holds
+and one receive buffer for the ring's hand-off (about 3 V d / P floats, ``block_param_bytes``
+in its metrics), plus, with a lossy ``--wire``, the error feedback's residual of every block
+it sends (every rank sends every block once a pass, so V x d floats: the same numbers need
+them all). The vocabulary's own arrays (ids, positions, noise tables) are about 32 bytes a
+word. Rank 0 holds whole matrices only for a moment: the input matrix from a flush (an
+evaluation, a checkpoint, the export) until the next round, and the output matrix while it
+writes a checkpoint. A fresh run makes only its rows of the replicated store's
+initialisation (the same values, :func:`fresh_params`); a resume has rank 0 read the
+checkpoint and send every rank its rows (:func:`read_params`); ``--init-from`` starts from
+the whole matrices on every rank until the store has copied its rows. The checkpoints are the
+replicated store's (so resume on any rank count re-plans the blocks), and at the end of a run
+:meth:`BlockStore.host` gives every rank the whole trained model (what a run returns).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 from typing import Callable
@@ -30,9 +40,60 @@ from ..kernels.args import KernelArgs
 from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, train_bucket
 from ..kernels.rows import Params
 from .comm import Comm
-from .replicated import fresh_params, read_params, save_on_root, write_on_root
+from . import replicated
+from .replicated import save_on_root, write_on_root
+from .sharded import init_rows
 from .store import Store, StoreSetup, SyncStats, Trained, Work
 from .wire import decode, encode, row_bytes
+
+
+# ------------------------------------------------------------------ the rows a run starts from
+def rank_blocks(counts: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """(members, offsets) of the run's blocks (core.blocks.block_members over snake_blocks)."""
+    return block_members(snake_blocks(counts, world), world)
+
+
+def fresh_params(cfg, comm: Comm, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of the replicated store's initialisation, the same values: its input
+    block's rows, generated piece by piece without the whole matrix (sharded.init_rows), and
+    the zero rows of the output block it holds first (its own number's). ``counts`` None (a
+    warm start, which writes the carried rows into them): the whole matrices, which every
+    rank holds until the store has copied its rows."""
+    if counts is None:
+        return replicated.fresh_params(cfg, comm, vocab_size)
+    members, offsets = rank_blocks(counts, comm.size)
+    mine = members[offsets[comm.rank]:offsets[comm.rank + 1]]
+    return init_rows(vocab_size, cfg.dim, cfg.seed, mine), np.zeros((len(mine), cfg.dim), np.float32)
+
+
+def read_params(found, where: dict, comm: Comm, cfg, vocab_size: int, counts=None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Rank 0 read the whole checkpoint (``found``: it holds both matrices until the run
+    starts) and sends every rank its rows, one message a matrix: as :func:`fresh_params`.
+    ``counts`` None: every rank receives the whole matrices (replicated.read_params)."""
+    if counts is None:
+        return replicated.read_params(found, where, comm, cfg, vocab_size)
+    if comm.size == 1:
+        return found.w_in, found.w_out
+    members, offsets = rank_blocks(counts, comm.size)
+    w_in = scatter_blocks(comm, found.w_in if comm.is_root else None, members, offsets, cfg.dim)
+    w_out = scatter_blocks(comm, found.w_out if comm.is_root else None, members, offsets, cfg.dim)
+    return w_in, w_out
+
+
+def scatter_blocks(comm: Comm, whole: np.ndarray | None, members: np.ndarray, offsets: np.ndarray,
+                   dim: int) -> np.ndarray:
+    """Rank 0's ``whole`` matrix (word order): every rank gets the rows of its block, rank
+    after rank."""
+    def block(r: int) -> np.ndarray:
+        return members[offsets[r]:offsets[r + 1]]
+
+    nothing = np.empty((0, dim), np.float32)
+    if not comm.is_root:
+        return comm.sendrecv_(nothing, 0, np.empty((len(block(comm.rank)), dim), np.float32), 0)
+    for r in range(1, comm.size):
+        comm.sendrecv_(np.ascontiguousarray(whole[block(r)]), r, nothing, r)
+    return np.ascontiguousarray(whole[block(0)])
 
 
 class BlockStore(Store):
@@ -40,33 +101,54 @@ class BlockStore(Store):
 
     fresh_params = staticmethod(fresh_params)
     read_params = staticmethod(read_params)
+    keeps_own_rows = True
 
     def __init__(self, comm: Comm, w_in: np.ndarray, w_out: np.ndarray, setup: StoreSetup):
+        """``w_in``, ``w_out``: this rank's rows (:func:`fresh_params`, :func:`read_params`:
+        its input block's and its own number's output block's), or the whole matrices in
+        word order (a warm start), of which the store copies its rows (the caller drops
+        them: Store.keeps_own_rows)."""
         if setup.counts is None:
             raise ValueError("the block store needs the vocabulary's counts")
-        p = comm.size
-        self.comm, self.w_in, self.w_out, self.seed = comm, w_in, w_out, setup.cfg.seed
-        self.threads = setup.threads
+        p, rank = comm.size, comm.rank
+        self.comm, self.seed, self.threads = comm, setup.cfg.seed, setup.threads
+        self.vocab, self.dim = setup.vocab_size, w_in.shape[1]
         self.block_of = snake_blocks(setup.counts, p)
         self.members, self.offsets = block_members(self.block_of, p)
         self.noise = block_noise_tables(setup.counts, self.members, self.offsets)
-        # the output matrix the kernel trains, in block order: block b is rows
-        # offsets[b]:offsets[b + 1], so the ring sends and receives a block in place; a word's
-        # row there is position[word] (the pairs carry it), and w_out is the record in word order
-        self.position = np.empty(len(self.members), np.int32)
-        self.position[self.members] = np.arange(len(self.members), dtype=np.int32)
-        self.slot_block = self.block_of[self.members]          # the block of each row of out_rows
-        self.slots = np.arange(len(self.members), dtype=np.int32)
-        self.out_rows = w_out[self.members]
-        # the kernel's rows (its touched marks are not read: every pass moves whole blocks)
-        self.rows_ = Params(w_in, self.out_rows, np.zeros(len(w_in), np.uint8), np.zeros(len(w_out), np.uint8))
-        # how output blocks travel; a lossy wire's residuals per row (error feedback), in block order
+        # the output matrix in block order: block b is rows offsets[b]:offsets[b + 1]; a word's
+        # row there (its slot) is position[word], which the pairs carry; ``within`` maps a slot
+        # to its row in its own block, and ``row_of`` a word to its row in its block: the rows
+        # of the arrays a rank holds (its input block and the output block it holds)
+        self.position = np.empty(self.vocab, np.int32)
+        self.position[self.members] = np.arange(self.vocab, dtype=np.int32)
+        self.slot_block = self.block_of[self.members]          # the block of each slot
+        self.within = (np.arange(self.vocab) - self.offsets[self.slot_block]).astype(np.int32)
+        self.row_of = self.within[self.position]
+        most = int(np.diff(self.offsets).max()) if self.vocab else 0
+        # this rank's rows, taken as they are (also the whole matrices where one block holds
+        # every word: one rank), or the whole matrices (a warm start), copied from
+        mine = self.block(rank)
+        own = len(w_in) == len(w_out) == len(mine)
+        if not own and not len(w_in) == len(w_out) == self.vocab:
+            raise ValueError(f"rank {rank}'s block has {len(mine)} rows, its parameters {len(w_in)}")
+        self.w_in = np.ascontiguousarray(w_in if own else w_in[mine])
+        # the held output block (its first rows), and the ring's receive buffer
+        rows = np.ascontiguousarray(w_out if own else w_out[mine])
+        self.out_rows = rows if len(rows) == most else np.zeros((most, self.dim), np.float32)
+        self.out_rows[:len(mine)] = rows
+        self.spare = np.empty_like(self.out_rows) if p > 1 else None
+        # the kernel's touched marks (not read: every pass moves whole blocks)
+        self.touched = (np.zeros(len(self.w_in), np.uint8), np.zeros(most, np.uint8))
+        # how output blocks travel; a lossy wire's residuals (error feedback) per block this
+        # rank sends, each made when it first sends the block
         self.wire = block_wire(setup.cfg, p)
-        self.residual = None if self.wire == "fp32" or p == 1 else np.zeros_like(self.out_rows)
+        self.residual: list | None = None if self.wire == "fp32" or p == 1 else [None] * p
         # the shift of the output block this rank holds (core.blocks.ring_shifts: a pass starts
-        # and ends at 0, also a resumed one); None: every rank's copy is current (the run's end)
-        self.held: int | None = 0
-        self.dirty = False
+        # and ends at 0, also a resumed one)
+        self.held = 0
+        self.whole_in: np.ndarray | None = None     # rank 0, from a flush until the next round
+        self.dirty = True
         self.biggest = 0.0
         self.stats = SyncStats()
         self.route_bytes = 0
@@ -74,10 +156,10 @@ class BlockStore(Store):
         self.pairs = 0
 
     def noise_of(self, b: int, args: KernelArgs) -> Noise:
-        """Noise words from block ``b`` only (as rows of out_rows); with shared negatives one
-        draw per run of a centre's pairs (at most a window's contexts)."""
+        """Noise words from block ``b`` only (as rows of the held block); with shared negatives
+        one draw per run of a centre's pairs (at most a window's contexts)."""
         lo, hi = self.span(b)
-        return Noise(self.noise, self.slots, lo, hi - lo, int(args.negative), bool(args.shared_negatives),
+        return Noise(self.noise, self.within, lo, hi - lo, int(args.negative), bool(args.shared_negatives),
                      2 * int(args.window))
 
     def block(self, b: int) -> np.ndarray:
@@ -85,13 +167,18 @@ class BlockStore(Store):
         return self.members[self.offsets[b]:self.offsets[b + 1]]
 
     def span(self, b: int) -> tuple[int, int]:
-        """Block ``b``'s rows [lo, hi) of out_rows."""
+        """Block ``b``'s slots [lo, hi) of the output matrix in block order."""
         return int(self.offsets[b]), int(self.offsets[b + 1])
+
+    def size(self, b: int) -> int:
+        """Rows of block ``b``."""
+        return int(self.offsets[b + 1] - self.offsets[b])
 
     # ---------------------------------------------------------------- a round: one pass
     def train(self, work: Work, ahead: Work | None, rng: np.ndarray, args: KernelArgs,
               on_piece: Callable[[int], None] | None = None) -> Trained:
         t0 = time.perf_counter()
+        self.whole_in, self.dirty = None, True
         made, words = [], 0
         for tokens, starts in work.pieces:
             made.append(piece_pairs(tokens, starts, args.keep_prob, args.window, self.position, rng, self.threads))
@@ -103,6 +190,7 @@ class BlockStore(Store):
         t1 = time.perf_counter()
         inp, out = np.empty(len(got), np.int32), np.empty(len(got), np.int32)
         starts = partition(got[:, 0], got[:, 1], self.slot_block, True, self.comm.size, inp, out, self.threads)
+        inp, out = self.row_of[inp], self.within[out]       # rows of the input block, of the held block
         compute += time.perf_counter() - t1
         loss, examples, trained = 0.0, 0, 0.0
         # global words of the pass: every rank trains about as many as this one (work.scale)
@@ -112,7 +200,8 @@ class BlockStore(Store):
             j = held_block(self.comm.rank, int(shift), self.comm.size)
             a, b = starts[j], starts[j + 1]
             t2 = time.perf_counter()
-            l_, n = train_bucket(self.rows_, inp[a:b], out[a:b], self.noise_of(j, args),
+            l_, n = train_bucket(Params(self.w_in, self.out_rows, *self.touched), inp[a:b], out[a:b],
+                                 self.noise_of(j, args),
                                  Span(args.lr0, args.lr_min, args.words_done + span * k, span, args.words_total),
                                  rng, self.threads)
             compute += time.perf_counter() - t2
@@ -121,7 +210,6 @@ class BlockStore(Store):
                 on_piece(words * (k + 1) // self.comm.size - int(trained))
                 trained = words * (k + 1) // self.comm.size
         self.pairs += examples
-        self.dirty = True
         self.biggest = self.probe()
         return Trained(words, loss, examples, compute)
 
@@ -137,52 +225,57 @@ class BlockStore(Store):
 
     def move_to(self, shift: int) -> None:
         """Hand the held output block on and take the one held at ``shift`` (the ring step):
-        one message each way, sent from and received into out_rows in place (fp32)."""
+        one message each way."""
         p, rank = self.comm.size, self.comm.rank
-        if self.held is None or self.held == shift or p == 1:
+        if self.held == shift or p == 1:
             self.held = shift
             return
         with self.accounted() as sent:
-            self.hand_on(*handoff(rank, self.held, shift, p), self.span(held_block(rank, self.held, p)),
-                         self.span(held_block(rank, shift, p)))
+            self.hand_on(*handoff(rank, self.held, shift, p), held_block(rank, self.held, p),
+                         held_block(rank, shift, p))
         self.held = shift
         self.ring_bytes += sent()
 
-    def hand_on(self, dest: int, source: int, mine: tuple[int, int], theirs: tuple[int, int]) -> None:
-        """Send out_rows[mine] to ``dest`` while receiving out_rows[theirs] from ``source``."""
-        (lo, hi), (lo2, hi2) = mine, theirs
+    def hand_on(self, dest: int, source: int, mine: int, theirs: int) -> None:
+        """Send the held block ``mine`` to ``dest`` while receiving block ``theirs`` from
+        ``source`` into the receive buffer, which then is the held block's."""
+        n, m = self.size(mine), self.size(theirs)
+        rows = self.spare[:m]
         if self.wire == "fp32":
-            self.comm.sendrecv_(self.out_rows[lo:hi], dest, self.out_rows[lo2:hi2], source)
-            return
-        dim = self.out_rows.shape[1]
-        got = np.empty((hi2 - lo2, row_bytes(self.wire, dim)), np.uint8)
-        self.comm.sendrecv_(self.encoded(lo, hi), dest, got, source)
-        rows = self.out_rows[lo2:hi2]
+            self.comm.sendrecv_(self.out_rows[:n], dest, rows, source)
+        else:
+            got = np.empty((m, row_bytes(self.wire, self.dim)), np.uint8)
+            self.comm.sendrecv_(self.encoded(mine), dest, got, source)
 
-        def unpack(a: int, b: int) -> None:
-            rows[a:b] = decode(got[a:b], self.wire, dim)
+            def unpack(a: int, b: int) -> None:
+                rows[a:b] = decode(got[a:b], self.wire, self.dim)
 
-        self.by_rows(hi2 - lo2, unpack)
+            self.by_rows(m, unpack)
+        self.out_rows, self.spare = self.spare, self.out_rows
 
-    def encoded(self, lo: int, hi: int) -> np.ndarray:
-        """Rows [lo, hi) of out_rows as a lossy --wire sends them, by row ranges on the rank's
+    def encoded(self, b: int) -> np.ndarray:
+        """The held block ``b`` as a lossy --wire sends it, by row ranges on the rank's
         threads; what rounding left out is kept and added the next time this rank sends the
-        row (error feedback)."""
-        dim = self.out_rows.shape[1]
-        data = np.empty((hi - lo, row_bytes(self.wire, dim)), np.uint8)
+        block (error feedback)."""
+        n = self.size(b)
+        if self.residual[b] is None:
+            self.residual[b] = np.zeros((n, self.dim), np.float32)
+        residual, data = self.residual[b], np.empty((n, row_bytes(self.wire, self.dim)), np.uint8)
 
-        def work(a: int, b: int) -> None:
-            rows = self.out_rows[lo + a:lo + b] + self.residual[lo + a:lo + b]
-            data[a:b] = encode(rows, self.wire)
-            self.residual[lo + a:lo + b] = rows - decode(data[a:b], self.wire, dim)
+        def work(a: int, c: int) -> None:
+            rows = self.out_rows[a:c] + residual[a:c]
+            data[a:c] = encode(rows, self.wire)
+            residual[a:c] = rows - decode(data[a:c], self.wire, self.dim)
 
-        self.by_rows(hi - lo, work)
+        self.by_rows(n, work)
         return data
 
     def by_rows(self, n: int, work) -> None:
-        """``work(a, b)`` over row ranges covering [0, n), one per thread."""
-        cuts = np.linspace(0, n, self.threads + 1).astype(np.int64)
-        by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), self.threads if n >= 1024 else 1)
+        """``work(a, b)`` over row ranges covering [0, n), one per thread (one range below
+        1,024 rows)."""
+        threads = self.threads if n >= 1024 else 1
+        cuts = np.linspace(0, n, threads + 1).astype(np.int64)
+        by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), threads)
 
     @contextmanager
     def accounted(self):
@@ -200,10 +293,7 @@ class BlockStore(Store):
 
     def probe(self) -> float:
         """The largest |value| of this rank's current rows (inf for NaN): the guard's probe."""
-        rows = [self.w_in[self.block(self.comm.rank)]]
-        if self.held is not None:
-            lo, hi = self.span(held_block(self.comm.rank, self.held, self.comm.size))
-            rows.append(self.out_rows[lo:hi])
+        rows = (self.w_in, self.out_rows[:self.size(held_block(self.comm.rank, self.held, self.comm.size))])
         biggest = max(float(np.abs(r).max()) if r.size else 0.0 for r in rows)
         return biggest if np.isfinite(biggest) else float("inf")
 
@@ -214,23 +304,47 @@ class BlockStore(Store):
 
     # ---------------------------------------------------------------- the whole model
     def flush(self) -> None:
-        """Rank 0's copy of both matrices made current (for an evaluation, a checkpoint or the
-        export): each rank gives it its input block and the output block it holds (one
-        gather); the other ranks' copies stay as they are (only their own blocks are read)."""
-        if self.dirty and self.comm.size > 1:
-            self.collect(everyone=False)
-        elif self.dirty:
-            self.w_out[self.members] = self.out_rows
-        self.dirty = False
+        """Rank 0 gets the whole input matrix (for an evaluation, a checkpoint or the export),
+        and keeps it until the next round: every rank sends it its input block."""
+        if self.dirty:
+            self.whole_in = self.to_root(output=False)
+            self.dirty = False
+
+    def to_root(self, output: bool) -> np.ndarray | None:
+        """Rank 0: the whole input matrix (``output``: the output matrix) in word order, made
+        of every rank's input block (held output block), received one rank after another
+        (one message each) into it; None on the other ranks."""
+        p, rank = self.comm.size, self.comm.rank
+
+        def block_at(r: int) -> int:
+            return held_block(r, self.held, p) if output else r
+
+        mine = self.out_rows[:self.size(block_at(rank))] if output else self.w_in
+        with self.accounted():          # the unpacking counts as the store's array work
+            if not self.comm.is_root:
+                self.comm.sendrecv_(mine, 0, np.empty((0, self.dim), np.float32), 0)
+                return None
+            whole = np.empty((self.vocab, self.dim), np.float32)
+            whole[self.block(block_at(0))] = mine
+            for r in range(1, p):
+                got = self.spare[:self.size(block_at(r))]
+                self.comm.sendrecv_(np.empty((0, self.dim), np.float32), r, got, r)
+                whole[self.block(block_at(r))] = got
+        return whole
 
     def save_exact(self, directory: str, round_: int) -> None:
         """A stop checkpoint drops the lossy ring's residuals (as every checkpoint does);
-        each rank keeps them beside it, so a resume on as many ranks goes on exactly."""
+        each rank keeps them beside it (V x d in block order), so a resume on as many ranks
+        goes on exactly."""
         if self.residual is not None:
             from ..io import rankstate
 
+            every = np.zeros((self.vocab, self.dim), np.float32)
+            for b, residual in enumerate(self.residual):
+                if residual is not None:
+                    every[slice(*self.span(b))] = residual
             self.comm.agree(rankstate.save_rank_state, directory, round_, self.comm.rank, self.comm.size,
-                            {"ring_residual": self.residual})
+                            {"ring_residual": every})
 
     def restore_exact(self, directory: str, round_: int) -> bool:
         if self.residual is None:
@@ -239,65 +353,62 @@ class BlockStore(Store):
 
         try:
             state = rankstate.load_rank_state(directory, round_, self.comm.rank, self.comm.size)
-            if state is not None and state.get("ring_residual", np.zeros(0)).shape != self.residual.shape:
+            if state is not None and state.get("ring_residual", np.zeros(0)).shape != (self.vocab, self.dim):
                 raise InputError(f"the rank state of round {round_} does not fit this run's ring")
         except InputError as e:
             print(f"warning: {e}; resuming from the checkpoint (not bit-identical)", flush=True)
             state = None
         if self.comm.allreduce_scalar(float(state is not None), "min") == 0:
             return False
-        np.copyto(self.residual, state["ring_residual"])
+        every = state["ring_residual"]
+        self.residual = [np.array(every[slice(*self.span(b))], np.float32) for b in range(self.comm.size)]
         return True
 
-    def host(self) -> None:
-        """At the end of a run every rank's copy made current (one allgather), so that every
-        rank returns the trained model."""
-        if self.comm.size > 1 and self.held is not None:
-            self.collect(everyone=True)
-        elif self.comm.size == 1:
-            self.w_out[self.members] = self.out_rows
-
-    def collect(self, everyone: bool) -> None:
-        """Every rank's input block and held output block into rank 0's copy (``everyone``:
-        into every rank's): w_in and w_out, the record in word order."""
-        p, rank, dim = self.comm.size, self.comm.rank, self.w_in.shape[1]
-        held = held_block(rank, self.held, p)
-        with self.accounted():          # the packing and unpacking count as the store's array work
-            mine = np.zeros((2, int(np.diff(self.offsets).max()), dim), np.float32)
-            ids_in, (lo, hi) = self.block(rank), self.span(held)
-            mine[0, :len(ids_in)] = self.w_in[ids_in]
-            mine[1, :hi - lo] = self.out_rows[lo:hi]
-            every = self.comm.allgather_array(mine) if everyone else self.comm.gather_array(mine)
-            holders = self.comm.allgather(held) if everyone else self.comm.gather(held)
-            if every is not None:
-                for r in range(p):
-                    ids_in, (lo, hi) = self.block(r), self.span(holders[r])
-                    self.w_in[ids_in] = every[r, 0, :len(ids_in)]
-                    self.out_rows[lo:hi] = every[r, 1, :hi - lo]
-                self.w_out[self.members] = self.out_rows
-        if everyone:
-            self.held = None
+    def host(self) -> tuple[np.ndarray, np.ndarray]:
+        """At the end of a run every rank gets the whole trained model (rank 0 gathers it, then
+        broadcasts it), so that every rank returns it: (w_in, w_out) in word order."""
+        self.flush()
+        w_in, w_out, self.whole_in, self.dirty = self.whole_in, self.to_root(output=True), None, True
+        if self.comm.size > 1:
+            with self.accounted():
+                if not self.comm.is_root:
+                    w_in, w_out = (np.empty((self.vocab, self.dim), np.float32) for _ in range(2))
+                self.comm.bcast_array_(w_in)
+                self.comm.bcast_array_(w_out)
+        return w_in, w_out
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:
         self.flush()
         if not self.comm.is_root:
             return None
-        return self.w_in if ids is None else self.w_in[ids]
+        return self.whole_in if ids is None else self.whole_in[ids]
 
     def save(self, directory: str, ck, keep: int) -> str | None:
+        """Rank 0 writes the replicated store's checkpoint from the whole matrices, which it
+        holds while it writes (the output matrix only then)."""
         self.flush()
+        w_out = self.to_root(output=True)
         if self.residual is not None:       # a run resumed from this checkpoint starts without them
-            self.residual[:] = 0
+            self.residual = [None] * self.comm.size
+        if self.comm.is_root:
+            ck = dataclasses.replace(ck, state=dataclasses.replace(ck.state, w_in=self.whole_in, w_out=w_out))
         return save_on_root(self.comm, directory, ck, keep)
 
     def write_vectors(self, path: str, words: list[str], vectors_of: Callable) -> str | None:
         self.flush()
-        return write_on_root(self.comm, path, words, lambda: vectors_of(self.w_in))
+        return write_on_root(self.comm, path, words, lambda: vectors_of(self.whole_in))
+
+    def param_bytes(self) -> tuple[int, int]:
+        """(bytes of the rows this rank trains: its input block, the held output block's
+        buffer and the ring's receive buffer; bytes of the lossy ring's residuals)."""
+        held = self.w_in.nbytes + self.out_rows.nbytes + (self.spare.nbytes if self.spare is not None else 0)
+        return held, sum(r.nbytes for r in self.residual or () if r is not None)
 
     def report(self) -> dict:
+        held, residual = self.param_bytes()
         return {"block_pairs": int(self.pairs), "block_route_bytes": int(self.route_bytes),
-                "block_ring_bytes": int(self.ring_bytes)}
+                "block_ring_bytes": int(self.ring_bytes), "block_param_bytes": held,
+                "block_residual_bytes": residual}
 
     def settings(self) -> dict:
         return {"blocks": self.comm.size, "block_wire": self.wire}
-

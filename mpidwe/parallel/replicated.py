@@ -47,11 +47,11 @@ def input_rows(cfg: TrainConfig, vocab_size: int) -> int:
     return vocab_size + (cfg.buckets if cfg.subwords else 0)
 
 
-def fresh_params(cfg: TrainConfig, comm: Comm, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+def fresh_params(cfg: TrainConfig, comm: Comm, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
     return init_params(vocab_size, cfg.dim, cfg.seed, input_rows(cfg, vocab_size))
 
 
-def read_params(found, where: dict, comm: Comm, cfg: TrainConfig, vocab_size: int
+def read_params(found, where: dict, comm: Comm, cfg: TrainConfig, vocab_size: int, counts=None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Rank 0 read the whole checkpoint (``found``); every rank receives its matrices."""
     w_in = found.w_in if comm.is_root else np.empty((input_rows(cfg, vocab_size), cfg.dim), np.float32)

@@ -45,7 +45,7 @@ from ..kernels import cpu
 from ..kernels.args import KernelArgs
 from ..kernels.plan import plan_block
 from .comm import Comm
-from .rows import WorkingSet, group_by_owner, owned_count, owned_in_range, working_set
+from .rows import WorkingSet, group_by_owner, owned_ids, owned_in_range, working_set
 from .rule import apply_pushed
 from .store import Store, StoreSetup, SyncStats, Trained, Work, train_pieces
 
@@ -54,17 +54,25 @@ EXPORT_ROWS = 1024          # rows per piece of the text export: its text is ~4x
 
 
 # ------------------------------------------------------------------ the rows a rank owns
-def init_own_rows(vocab_size: int, dim: int, seed: int, rank: int, world: int,
-                  piece_rows: int = PIECE_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """This rank's rows of replicated.init_params(vocab_size, dim, seed), bit for bit: the same
-    generator runs over the whole matrix in pieces of rows, and each rank keeps its own."""
+def init_rows(vocab_size: int, dim: int, seed: int, ids: np.ndarray, piece_rows: int = PIECE_ROWS) -> np.ndarray:
+    """Rows ``ids`` (sorted, unique) of replicated.init_params(vocab_size, dim, seed)'s input
+    matrix, bit for bit: the same generator runs over the whole matrix in pieces of rows, and
+    only the rows asked for are kept (also the block store's, parallel/blocks.py)."""
     rng = np.random.default_rng(seed)
-    w_in = np.empty((owned_count(vocab_size, rank, world), dim), dtype=np.float32)
+    ids = np.asarray(ids, dtype=np.int64)
+    w_in = np.empty((len(ids), dim), dtype=np.float32)
     for a in range(0, vocab_size, piece_rows):
         b = min(vocab_size, a + piece_rows)
         block = rng.random((b - a, dim), dtype=np.float32)
-        i0, i1 = owned_in_range(a, b, rank, world)
-        w_in[i0:i1] = ((block[(rank - a) % world::world] - 0.5) / dim).astype(np.float32)
+        i0, i1 = np.searchsorted(ids, (a, b))
+        w_in[i0:i1] = ((block[ids[i0:i1] - a] - 0.5) / dim).astype(np.float32)
+    return w_in
+
+
+def init_own_rows(vocab_size: int, dim: int, seed: int, rank: int, world: int,
+                  piece_rows: int = PIECE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows (rank, rank + P, ...) of replicated.init_params(vocab_size, dim, seed)."""
+    w_in = init_rows(vocab_size, dim, seed, owned_ids(vocab_size, rank, world), piece_rows)
     return w_in, np.zeros_like(w_in)
 
 
@@ -248,11 +256,11 @@ class Fetched:
     seconds: float                    # planning and pulling
 
 
-def fresh_params(cfg: TrainConfig, comm: Comm, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+def fresh_params(cfg: TrainConfig, comm: Comm, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
     return init_own_rows(vocab_size, cfg.dim, cfg.seed, comm.rank, comm.size)
 
 
-def read_params(found, where: dict, comm: Comm, cfg: TrainConfig, vocab_size: int
+def read_params(found, where: dict, comm: Comm, cfg: TrainConfig, vocab_size: int, counts=None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Every rank reads its own rows, from its part (a sharded checkpoint of as many ranks)
     or in pieces of any checkpoint; rank 0 read no parameters."""

@@ -22,7 +22,10 @@ method of a store is a collective: all ranks call it in the same order.
 The life of a store: the class gives the parameters a run starts from (``fresh_params``) or
 reads them from a checkpoint (``read_params``); the trainer builds the store over them, then
 per round calls :meth:`Store.train` and :meth:`Store.sync`; for evaluation, checkpoints and
-the export it calls :meth:`Store.rows`, :meth:`Store.save` and :meth:`Store.write_vectors`.
+the export it calls :meth:`Store.rows`, :meth:`Store.save` and :meth:`Store.write_vectors`;
+at the end :meth:`Store.host`. A store that keeps its own copies of the rows it trains (the
+block store: ``keeps_own_rows``) gets them from the parameters it is built over, which the
+trainer then lets go, and returns the trained matrices from :meth:`Store.host`.
 """
 
 from __future__ import annotations
@@ -119,18 +122,23 @@ class Store(ABC):
     plans_rounds = False
     #: True: :meth:`train` wants the next round's work too (``ahead``), to fetch its rows early
     looks_ahead = False
+    #: True: the store copies the rows it trains out of the parameters it is built over, and
+    #: the trainer lets go of those; :meth:`host` returns the trained matrices
+    keeps_own_rows = False
     stats: SyncStats
 
     # ---------------------------------------------------------------- where a run starts
     @staticmethod
-    def fresh_params(cfg, comm, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's parameters at the start of a new run."""
+    def fresh_params(cfg, comm, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's parameters at the start of a new run (``counts``: the vocabulary's, for
+        a store whose rows depend on them; None: the whole matrices, for a warm start)."""
         raise NotImplementedError
 
     @staticmethod
-    def read_params(found, where: dict, comm, cfg, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    def read_params(found, where: dict, comm, cfg, vocab_size: int, counts=None) -> tuple[np.ndarray, np.ndarray]:
         """This rank's parameters from the checkpoint at ``where`` (``path``, ``parts``);
-        ``found``: rank 0's loaded checkpoint (None on the other ranks)."""
+        ``found``: rank 0's loaded checkpoint (None on the other ranks); ``counts`` as for
+        :meth:`fresh_params`."""
         raise NotImplementedError
 
     @staticmethod
@@ -177,8 +185,10 @@ class Store(ABC):
         """Combine every change a sync left waiting (a collective): afterwards every rank holds
         the same parameters. :meth:`rows`, :meth:`save` and :meth:`write_vectors` flush first."""
 
-    def host(self) -> None:
-        """After this the run's host arrays hold the trained parameters."""
+    def host(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """After this the run's host arrays hold the trained parameters; a store that
+        :attr:`keeps_own_rows` returns them instead (w_in, w_out)."""
+        return None
 
     def report(self) -> dict:
         """This rank's store-specific metrics (rank 0 lists them per rank in metrics.jsonl)."""

@@ -326,7 +326,9 @@ class Trainer:
                 bar.close()
             metrics.close()
         seconds = time.perf_counter() - marks.t_start
-        self.store.host()
+        hosted = self.store.host()
+        if hosted is not None:
+            state.w_in, state.w_out = hosted
         self.store.close()
         if finished:
             self.already_finished()

@@ -242,13 +242,15 @@ def load_state(cfg: TrainConfig, plan: Plan, comm: Comm, corpus: Corpus, store, 
     if header is None:
         return None, None, None
     record, where = header.pop("replan"), {"path": header.pop("path"), "parts": header.pop("parts")}
-    w_in, w_out = store.read_params(ck, where, comm, cfg, corpus.n_words)
+    w_in, w_out = store.read_params(ck, where, comm, cfg, corpus.n_words, corpus.counts)
     return checkpoint.TrainingState.from_header(header, w_in, w_out), record, where["path"]
 
 
-def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, store, vocab_size: int) -> checkpoint.TrainingState:
-    """A new run's state: the store's fresh parameters, every rank's RNG streams, no progress."""
-    w_in, w_out = store.fresh_params(cfg, comm, vocab_size)
+def fresh_state(cfg: TrainConfig, plan: Plan, comm: Comm, store, vocab_size: int, counts=None
+                ) -> checkpoint.TrainingState:
+    """A new run's state: the store's fresh parameters, every rank's RNG streams, no progress
+    (``counts``: the vocabulary's, for Store.fresh_params)."""
+    w_in, w_out = store.fresh_params(cfg, comm, vocab_size, counts)
     rngs = np.stack([rng_seeds(cfg.seed, r, plan.threads) for r in range(comm.size)])
     progress = checkpoint.Progress(round=0, rounds=plan.rounds, words_done=0, words_total=plan.words_total,
                                    world_size=comm.size, positions=[0] * comm.size, lr=cfg.lr)

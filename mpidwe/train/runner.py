@@ -157,13 +157,17 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
             plan = continued_plan(cfg, plan, comm, corpus, state, record, log)
         comm.on_root(_check_run_dir, cfg, state is not None)
         if state is None:
-            state = fresh_state(cfg, plan, comm, kind, corpus.n_words)
+            # a warm start writes the carried rows into the whole matrices
+            state = fresh_state(cfg, plan, comm, kind, corpus.n_words, None if cfg.init_from else corpus.counts)
             if cfg.init_from:
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
                 origin = plan.resolved["init_from"]["path"]
         setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"],
                            corpus.counts)
-        trainer = Trainer(cfg, comm, corpus, plan, state, kind(comm, state.w_in, state.w_out, setup), log, stop)
+        store = kind(comm, state.w_in, state.w_out, setup)
+        if store.keeps_own_rows:           # the whole matrices go: the store copied its rows
+            state.w_in = state.w_out = None
+        trainer = Trainer(cfg, comm, corpus, plan, state, store, log, stop)
         if exact and trainer.store.restore_exact(os.path.dirname(origin), state.progress.round) and log:
             log("resuming exactly where the stop left every rank (its waiting changes, residuals and exchange)")
         trainer.carry_chars(origin)

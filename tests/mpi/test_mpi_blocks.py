@@ -106,15 +106,26 @@ def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
         assert trained.words == sum(len(t) for t, _ in pieces)
         assert np.isfinite(store.sync(rnd))
         done += comm.allreduce_scalar(trained.words)
-    store.flush()                 # rank 0's copy current: what evaluation and checkpoints read
+    # memory: the rank's input block, the held output block and one receive buffer (about
+    # 3 V d / P floats), never a V x d matrix while it trains
+    arrays = [v for v in vars(store).values() if isinstance(v, np.ndarray) and v.dtype == np.float32]
+    held = store.report()["block_param_bytes"]
+    mine, most = len(store.block(comm.rank)), int(np.diff(store.offsets).max())
+    assert held == sum(a.nbytes for a in arrays) == (mine + min(comm.size, 2) * most) * DIM * 4
+    if comm.size > 1:
+        assert all(len(a) < V for a in arrays)
+        assert held <= (3 * V / comm.size + 3) * DIM * 4 < 2 * V * DIM * 4
+        w_in[:] = w_out[:] = np.nan   # the store trains its own copies of its rows (one rank: the arrays it was given)
+    rows = store.rows(None)       # rank 0's whole input matrix: what evaluation and the export read
     want_in, want_out, want_pairs = replay(comm.size, counts, args)
     assert comm.allreduce_scalar(store.pairs) == want_pairs > 0
     if comm.is_root:
-        np.testing.assert_array_equal(w_in, want_in)
-        np.testing.assert_array_equal(w_out, want_out)
-    store.host()                  # every rank's copy current: what a run returns
-    np.testing.assert_array_equal(w_in, want_in)
-    np.testing.assert_array_equal(w_out, want_out)
+        np.testing.assert_array_equal(rows, want_in)
+    else:
+        assert rows is None
+    got_in, got_out = store.host()     # every rank gets the whole model: what a run returns
+    np.testing.assert_array_equal(got_in, want_in)
+    np.testing.assert_array_equal(got_out, want_out)
     # one message each way per ring step that moves a block, plus the routing all-to-all
     report = store.report()
     assert (report["block_ring_bytes"] > 0) == (comm.size > 1)
@@ -129,6 +140,10 @@ def test_a_block_run_is_identical_on_every_rank_and_resumes_exactly(demo, job_tm
     flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2")
     whole, res = train_here(comm, demo, job_tmp / "whole", "auto", *flags)
     assert not comm.is_root or res.metrics[-1]["blocks"] == comm.size
+    if comm.is_root:              # each rank held its blocks' rows, not the matrices (3 V d)
+        v, dim = res.w_in.shape
+        held = res.metrics[-1]["block_param_bytes"]
+        assert len(held) == comm.size and max(held) <= (3 * v / comm.size + 3) * dim * 4 < 2 * v * dim * 4
     assert res.config["lr_scale"] == 1 and res.config["sync_tiers"] is None   # no rule, no tiers
     # stopped half way (a checkpoint at a round), then resumed: the same bits
     first, _ = train_here(comm, demo, job_tmp / "half", "auto", *flags, "--checkpoint-every", "150000")
