@@ -242,8 +242,8 @@ def auto_cfg(*flags: str) -> TrainConfig:
 
 @pytest.mark.parametrize("ranks, words, store", [
     (1, 10**9, "replicated"), (4, 10**9, "replicated"),            # few ranks: averaging keeps quality
-    (8, 16_000_000, "replicated"), (16, 39_999_999, "replicated"),  # short runs: averaging learns more per word
-    (8, 40_000_000, "blocks"), (16, 193_000_000, "blocks"), (32, 48_000_000, "blocks"),
+    (8, 64_000_000, "replicated"), (16, 39_999_999, "replicated"),  # short runs: averaging learns more per word
+    (8, 80_000_000, "blocks"), (16, 40_000_000, "blocks"), (32, 40_000_000, "blocks"), (32, 39_999_999, "replicated"),
 ])
 def test_store_auto_trains_long_runs_on_many_ranks_on_blocks(ranks, words, store):
     from mpidwe.core.config import store_of
@@ -292,7 +292,7 @@ def test_the_first_log_line_says_which_store_auto_chose_and_why():
     line = summary_line(r, "run/config.json")
     assert "store blocks (auto: a long run (193,000,000 words) on 16 ranks" in line and "no averaging" in line
     short = dict(r, store="replicated", store_choice=store_of(auto_cfg(), 16, 16_000_000, "numba", "cpu")[1])
-    assert "store replicated (auto: 16,000,000 words" in summary_line(dict(short, sync_tiers=None), "c.json")
+    assert "store replicated (auto: 16,000,000 words, under 40,000,000 on 16 ranks" in summary_line(dict(short, sync_tiers=None), "c.json")
     assert ", store" not in summary_line(dict(short, store_choice="", sync_tiers=None), "c.json")
 
 

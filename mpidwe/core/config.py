@@ -483,11 +483,13 @@ def block_wire(cfg: TrainConfig, world_size: int) -> str:
 
 
 # --store auto trains on the block store (every row one writer, no averaging) from this many
-# ranks on, in runs of at least BLOCKS_AUTO_RUN_WORDS words (all epochs): there averaging's copies
-# drift apart, which no sync schedule or local rate we measured repairs (8 and 16 ranks lost
-# 0.04-0.10 WS-353 on enwiki-64M over 3 epochs), while blocks kept one process's quality at 8,
-# 16 and 32 ranks; in short runs averaging's raised local rate learns more per word
-# (docs/lab/sync-modes.md, "Long runs: averaging or blocks")
+# ranks on, in runs of at least BLOCKS_AUTO_RUN_WORDS words (all epochs) at 16 ranks and more,
+# 16 / P times as many below: there averaging's copies drift apart, which no sync schedule or
+# local rate we measured repairs (8 and 16 ranks lost 0.08-0.10 WS-353 on enwiki-64M over 3
+# epochs), while blocks kept one process's quality. Shorter runs learn more per word by
+# averaging's raised local rate: at 16 ranks averaging won at 16M words and lost from 48M on,
+# at 8 ranks it won at 48M and 64M and lost at 129M (docs/lab/sync-modes.md, "Long runs:
+# averaging or blocks")
 BLOCKS_AUTO_MIN_RANKS = 8
 BLOCKS_AUTO_RUN_WORDS = 40_000_000
 
@@ -509,15 +511,17 @@ def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
 
 def store_of(cfg: TrainConfig, world_size: int, run_words: int, kernel: str, device: str) -> tuple[str, str]:
     """The store this run trains on, and why (\"\" where --store said it): --store, or for auto
-    blocks from BLOCKS_AUTO_MIN_RANKS ranks in runs of BLOCKS_AUTO_RUN_WORDS words or more
-    (``run_words``: all epochs) where nothing in block_blockers holds, else replicated."""
+    blocks from BLOCKS_AUTO_MIN_RANKS ranks in runs of BLOCKS_AUTO_RUN_WORDS x max(1, 16 / P)
+    words or more (``run_words``: all epochs) where nothing in block_blockers holds, else
+    replicated."""
     if cfg.store != "auto":
         return cfg.store, ""
     if world_size < BLOCKS_AUTO_MIN_RANKS:
         return "replicated", ""
-    if run_words < BLOCKS_AUTO_RUN_WORDS:
-        return "replicated", (f"auto: {run_words:,} words, under {BLOCKS_AUTO_RUN_WORDS:,}, average well; longer runs "
-                              f"train on --store blocks")
+    least = int(BLOCKS_AUTO_RUN_WORDS * max(1.0, 16 / world_size))
+    if run_words < least:
+        return "replicated", (f"auto: {run_words:,} words, under {least:,} on {world_size} ranks, average well; longer "
+                              f"runs train on --store blocks")
     blockers = block_blockers(cfg, kernel, device)
     if blockers:
         return "replicated", f"auto: {', '.join(blockers)} keep(s) averaging; long runs keep quality on --store blocks"
