@@ -264,6 +264,7 @@ def test_store_auto_trains_long_runs_on_many_ranks_on_blocks(ranks, words, store
     (["--sync-every", "20000"], "numba", "cpu", "--sync-every"),
     (["--wire", "int4"], "numba", "cpu", "--wire int4"),
     (["--overlap"], "numba", "cpu", "--overlap"),
+    (["--follow", "incoming", "--corpus", "c.h5"], "numba", "cpu", "--follow"),
 ])
 def test_store_auto_stays_replicated_where_the_run_needs_averaging_and_says_why(flags, kernel, device, names):
     from mpidwe.core.config import store_of

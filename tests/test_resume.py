@@ -345,3 +345,19 @@ def test_sigterm_then_resume_is_exact_in_tiers_and_with_overlap(corpus, tmp_path
     proc = train(ranks, corpus, out, *flags, "--resume", "auto", timeout=300)
     assert "resuming exactly" in proc.stdout
     assert final_params(out) == final_params(full)
+
+
+def test_a_resumed_run_keeps_the_store_auto_chose(monkeypatch):
+    """--store auto is stored resolved: a resume that does not give --store goes on on the
+    store the run trained on (blocks, or replicated as every checkpoint before auto), even on
+    a rank count where auto would choose otherwise; a --store given on the command line wins."""
+    from mpidwe.core.config import TrainConfig
+    from mpidwe.train import resume
+
+    cfg = TrainConfig(corpus="c.h5", out="o", resume="auto")
+    assert cfg.store == "auto"
+    for was in ("blocks", "replicated"):
+        stored = {"corpus": "c.h5", "ranks": 16, "store": was}
+        monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
+        assert resume._settings_to_adopt(cfg, frozenset(), 4)[0].get("store") == was
+        assert "store" not in resume._settings_to_adopt(cfg, frozenset({"store"}), 4)[0]

@@ -505,7 +505,8 @@ def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
         ("--sync-full", cfg.sync_full != 0), ("--sync-hot", cfg.sync_hot != 0),
         ("--sync-seconds", cfg.sync_seconds != 0), ("--max-local-lr", cfg.max_local_lr != default_max_local_lr(cfg.loss, cfg.lr)),
         ("--wire-feedback", cfg.wire_feedback != "auto"), (f"--wire {cfg.wire}", cfg.wire != "auto"),
-        (f"--allreduce {cfg.allreduce}", cfg.allreduce != "mpi"), (f"--exchange {cfg.exchange}", cfg.exchange != "mpi"))
+        (f"--allreduce {cfg.allreduce}", cfg.allreduce != "mpi"), (f"--exchange {cfg.exchange}", cfg.exchange != "mpi"),
+        ("--follow", bool(cfg.follow)))
         if on]
 
 
