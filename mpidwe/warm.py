@@ -123,8 +123,10 @@ def warm(cfg: TrainConfig, log=print) -> dict:
             buckets=min(cfg.buckets, 1000), sync_every=defaults.sync_every)
         t = time.perf_counter()
         train.run(run_cfg, Comm.serial(), log=None)
-        if cfg.store == "auto" and not block_blockers(cfg, "numba", "cpu"):     # long runs on many ranks: blocks
-            train.run(dataclasses.replace(run_cfg, store="blocks"), Comm.serial(), log=None)
+        cpu = cfg.kernel in ("auto", "numba") and cfg.device in ("auto", "cpu")
+        if cfg.store == "auto" and cpu and not block_blockers(cfg, "numba", "cpu"):   # long runs on many ranks
+            train.run(dataclasses.replace(run_cfg, store="blocks", kernel="numba", device="cpu"), Comm.serial(),
+                      log=None)
         seconds["train"] = time.perf_counter() - t
         log(f"{PROG}: the training kernel ready: {cfg.model}, --loss {cfg.loss}, --dim {cfg.dim}"
             f"{', --subwords' if cfg.subwords else ''} ({seconds['train']:.1f} s)")

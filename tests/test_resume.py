@@ -361,3 +361,15 @@ def test_a_resumed_run_keeps_the_store_auto_chose(monkeypatch):
         monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
         assert resume._settings_to_adopt(cfg, frozenset(), 4)[0].get("store") == was
         assert "store" not in resume._settings_to_adopt(cfg, frozenset({"store"}), 4)[0]
+
+
+def test_a_stop_keeps_rank_state_only_where_the_uninterrupted_run_would_not_checkpoint():
+    """A stop on a round where a checkpoint was due anyway writes that checkpoint as the
+    uninterrupted run does (a flush, the lossy ring's residuals dropped), so a resume from it
+    is exact without the ranks' state, and restoring that state would make it differ."""
+    from mpidwe.train.loop import keeps_rank_state
+
+    assert keeps_rank_state(stop=True, last=False, due=False)
+    assert not keeps_rank_state(stop=True, last=False, due=True)
+    assert not keeps_rank_state(stop=True, last=True, due=False)
+    assert not keeps_rank_state(stop=False, last=False, due=True)

@@ -222,9 +222,10 @@ class TrainConfig:
     exchange: str = opt("mpi", "--kernel torch on several ranks: how the device's rows travel between ranks: "
                         "mpi (through host memory and MPI) or torch (device to device by torch.distributed: "
                         "NCCL on CUDA, gloo on CPU; the same model, docs/lab/sync-modes.md)", choices=["mpi", "torch"])
-    store: str = opt("auto", "auto: blocks for long runs on 8 or more ranks where the run allows it (skip-gram, "
-                     "negative sampling, the numba kernel on the CPU, no averaging option given), replicated "
-                     "otherwise (docs/guide.md, \"Long runs on many ranks\"); "
+    store: str = opt("auto", "auto: blocks for long runs (40M words or more over all epochs from 16 ranks, 16 / P "
+                     "times that from 8 to 15 ranks) where the run allows it (skip-gram, negative sampling, "
+                     "no --subwords or --follow, the numba kernel on the CPU, no option only averaging reads), "
+                     "replicated otherwise (docs/guide.md, \"Long runs on many ranks\"); "
                      "replicated: every rank holds both full matrices; sharded: each rank owns "
                      "every P-th row and pulls the rows a round touches from their owners (for vocabularies "
                      "beyond one rank's memory; numba kernel, --sync sparse; docs/lab/sync-modes.md); blocks: "

@@ -368,13 +368,14 @@ class BlockStore(Store):
         """At the end of a run every rank gets the whole trained model (rank 0 gathers it, then
         broadcasts it), so that every rank returns it: (w_in, w_out) in word order."""
         self.flush()
-        w_in, w_out, self.whole_in, self.dirty = self.whole_in, self.to_root(output=True), None, True
+        w_in, w_out = self.whole_in, self.to_root(output=True)
         if self.comm.size > 1:
             with self.accounted():
                 if not self.comm.is_root:
                     w_in, w_out = (np.empty((self.vocab, self.dim), np.float32) for _ in range(2))
                 self.comm.bcast_array_(w_in)
                 self.comm.bcast_array_(w_out)
+        self.whole_in, self.dirty = w_in, False      # the export that follows reads it, gathering nothing again
         return w_in, w_out
 
     def rows(self, ids: np.ndarray | None) -> np.ndarray | None:

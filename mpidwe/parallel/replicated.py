@@ -1,4 +1,5 @@
-"""``--store replicated`` (the default, numba kernel): both matrices on every rank.
+"""``--store replicated`` (numba kernel; what ``--store auto`` trains on below 8 ranks and in short runs): both
+matrices on every rank.
 
 Between two syncs every rank trains its own copy of the whole model on its shard; a sync
 combines the ranks' changes by the scaled-mean rule (parallel/rule.py) so that every rank holds

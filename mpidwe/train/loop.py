@@ -97,6 +97,14 @@ class Marks:
     log_seconds: float = 0.0
 
 
+def keeps_rank_state(stop: bool, last: bool, due: bool) -> bool:
+    """Whether a checkpoint keeps every rank's state beside it (Store.save_exact): a stop's,
+    whose flush the uninterrupted run would not make there, so a resume goes on exactly; not
+    the last round's, nor one due anyway (the uninterrupted run flushes there too, and its
+    lossy ring and tiers go on from what the checkpoint holds)."""
+    return stop and not last and not due
+
+
 class Trainer:
     """The round loop over ``store``. Owns the run's :class:`checkpoint.TrainingState` (the
     store holds its parameters), this rank's stream and RNG states, the guard and the
@@ -311,9 +319,9 @@ class Trainer:
                 due_eval = bool(cfg.eval_every and p.words_done // cfg.eval_every > before // cfg.eval_every) or last
                 if (rnd + 1) % cfg.log_every == 0 or due_eval or totals.stop:
                     self.log_metrics(metrics, bar, window, marks, due_eval)
-                if last or totals.stop or totals.due or (cfg.checkpoint_every and p.words_done - marks.ckpt_words
-                                                         >= cfg.checkpoint_every):
-                    if totals.stop and not last:     # its flush would change the run: keep what it changes
+                due = totals.due or bool(cfg.checkpoint_every and p.words_done - marks.ckpt_words >= cfg.checkpoint_every)
+                if last or totals.stop or due:
+                    if keeps_rank_state(totals.stop, last, due):
                         self.store.save_exact(os.path.join(cfg.out, "checkpoints"), p.round)
                     ckpt_path = self.save_checkpoint(complete=last)
                     marks.ckpt_words, marks.ckpt_time = p.words_done, time.perf_counter()

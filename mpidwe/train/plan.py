@@ -118,8 +118,10 @@ BLOCK_PASS_WORDS = 4_000_000
 # sends the output matrix once round the ring (V (P - 1) rows per rank, in int8 d + 4 bytes
 # each) and takes about 2 P + 8 latency steps (the routing's all-to-all and the ring's P - 1
 # steps), against P over the pass's words per rank. The ring gets 30 bytes per word of a
-# 60-byte budget: the pairs' routing takes 25-30 more (int32 ids; enwiki-64M at 16 ranks: 7.6M-word
-# passes, 57 bytes a word in all, one process's quality on two seeds; docs/lab/blocks.md)
+# 60-byte budget, counted in int8 rows (below 16 ranks it sends fp32, 4 times that): the pairs'
+# routing takes 25-30 more (int32 ids; enwiki-64M at 16 ranks: 7.6M-word passes, 58 bytes a word
+# in all, WS-353 0.689 / 0.680 and Google 56.3% / 55.5% on two seeds against one process's
+# 0.694 / 0.693 and 54.8% / 54.2%; docs/lab/blocks.md)
 BLOCK_RING_BYTES_PER_WORD = 30
 BLOCK_STEPS_PER_MILLION = 150
 # ... and at least this many passes in a run: each trains every bucket once, so a short run
