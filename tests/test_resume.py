@@ -271,10 +271,11 @@ def test_a_checkpoint_from_before_wire_feedback_resumes_without_it(monkeypatch):
     assert cfg.wire_feedback == "auto"
     stored = {"corpus": "c.h5", "ranks": 4, "wire": "auto"}
     monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
-    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {"wire_feedback": "off"}
-    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4)[0] == {}
+    old = {"sync_schedule": "geometric"}          # the tiers' schedule came later too
+    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {"wire_feedback": "off", **old}
+    assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4)[0] == old
     stored["wire_feedback"] = "auto"
-    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {}
+    assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == old
 
 
 def test_resume_auto_before_the_first_checkpoint_starts_the_run_again_as_it_was(corpus, tmp_path, monkeypatch):

@@ -28,6 +28,45 @@ def test_a_huffman_trees_top_rows_are_its_last_and_ngram_rows_wait_for_the_full_
     assert t.spans(4) is None
 
 
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5])
+def test_doubling_tiers_combine_hot_times_two_to_the_trailing_zeros_and_every_row_once_reached(ranks):
+    """pWord2Vec's schedule: sync k combines H x 2^t rows (t: k's trailing zero bits), and
+    every row from the first level that reaches them, F = doubling_full; chosen at P ranks
+    by --sync-schedule doubling, or by auto in a long run (the geometric schedule before)."""
+    from mpidwe.core.config import DOUBLING_HOT, doubling_full, long_run_words, tier_schedule
+
+    v = 9_000
+    cfg = _cfg("--sync-full", "64", "--sync-schedule", "doubling")
+    assert tier_schedule(cfg, ranks, 1) == "doubling"
+    full = doubling_full(v, DOUBLING_HOT)
+    assert full == 64 and DOUBLING_HOT * full >= v > DOUBLING_HOT * full // 2
+    t = Tiers([v, v], words=v, hot=DOUBLING_HOT, full=full, hot_last=[False, False], schedule="doubling")
+    for k in range(1, 3 * full + 1):
+        zeros = (k & -k).bit_length() - 1
+        want = v if k % full == 0 else min(v, DOUBLING_HOT << zeros)
+        assert t.covered(k) == want, k
+        assert t.spans(k) == (None if want == v else [(0, want), (0, want)])
+    assert [t.covered(k) for k in (1, 2, 4, 8, 16, 32)] == [256, 512, 1024, 2048, 4096, 8192]
+    geometric = Tiers([v, v], words=v, hot=DOUBLING_HOT, full=full, hot_last=[False, False])
+    assert geometric.covered(2) != t.covered(2) and geometric.covered(16) != t.covered(16)
+    # auto: doubling only in long runs of negative sampling whose tiers are automatic
+    long = long_run_words(ranks)
+    assert tier_schedule(_cfg(), ranks, long) == "doubling"
+    assert tier_schedule(_cfg(), ranks, long - 1) == "geometric"
+    assert tier_schedule(_cfg("--loss", "hs"), ranks, long) == "geometric"
+    assert tier_schedule(_cfg("--sync-hot", "512"), ranks, long) == "geometric"
+    assert tier_schedule(_cfg("--sync-schedule", "geometric"), ranks, long) == "geometric"
+
+
+def test_the_first_log_line_and_config_name_the_doubling_schedule_only():
+    from mpidwe.train.rundir import _tiers
+
+    t = dict(hot=256, full=1024, wire="int4")
+    assert "twice as many every 2nd" not in _tiers(dict(sync_tiers=t, wire_feedback="auto"))
+    line = _tiers(dict(sync_tiers=dict(t, schedule="doubling"), wire_feedback="auto"))
+    assert "256 most frequent rows every sync, twice as many every 2nd" in line and "all every 1,024" in line
+
+
 def test_one_level_means_every_sync_is_full():
     t = Tiers([100], words=100, hot=10, full=1, hot_last=[False])
     assert all(t.spans(k) is None for k in range(1, 10))

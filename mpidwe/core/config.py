@@ -141,7 +141,7 @@ class TrainConfig:
         "compute": ("device", "kernel", "threads", "batch_size"),
         "sync (how ranks combine)": ("sync", "sync_every", "sync_seconds", "max_local_lr", "wire", "wire_feedback",
                                      "overlap",
-                                     "sync_hot", "sync_full", "balance", "allreduce", "exchange", "store", "pipeline",
+                                     "sync_hot", "sync_full", "sync_schedule", "balance", "allreduce", "exchange", "store", "pipeline",
                                      "memory_budget"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
                                                          "keep_checkpoints", "resume", "force",
@@ -208,6 +208,14 @@ class TrainConfig:
                         "trains and lands one round late (deterministic; docs/lab/sync-modes.md, \"Overlap\")")
     sync_hot: int = opt(0, "tiers: rows of each matrix, most frequent first, combined at every sync; 0: auto, "
                         "64 x ranks (--loss hs: 64) (docs/lab/sync-modes.md, \"Tiers\")")
+    sync_schedule: str = opt("auto", "tiers: which rows the syncs between two of every row combine: geometric "
+                             "(the --sync-hot most frequent rows and geometrically more at rarer syncs), doubling "
+                             "(pWord2Vec's: at sync k the --sync-hot x 2^t most frequent, t the trailing zero bits "
+                             "of k; --sync-hot auto 256, --sync-full auto the first power of 2 that reaches every "
+                             "row), or auto: doubling in long runs of negative sampling with --sync-hot and "
+                             "--sync-full auto (40M words or more over all epochs from 16 ranks, 16 / P times that "
+                             "below), geometric otherwise (docs/lab/sync-modes.md, \"Long runs: averaging or blocks\")",
+                             choices=["auto", "geometric", "doubling"])
     sync_full: int = opt(0, "every this many syncs all rows are combined; between, a sync combines the "
                          "--sync-hot most frequent rows and, at rarer syncs, geometrically more (pWord2Vec's "
                          "tiers); a power of 2; 1: every sync combines every row; 0: auto, 256 from 8 ranks on "
@@ -495,6 +503,39 @@ BLOCKS_AUTO_MIN_RANKS = 8
 BLOCKS_AUTO_RUN_WORDS = 40_000_000
 
 
+def long_run_words(world_size: int) -> int:
+    """The words (all epochs) from which a run on ``world_size`` ranks is long: averaging's
+    copies drift apart there (BLOCKS_AUTO_RUN_WORDS from 16 ranks, 16 / P times that below)."""
+    return int(BLOCKS_AUTO_RUN_WORDS * max(1.0, 16 / max(world_size, 1)))
+
+
+# --sync-schedule auto: long runs (long_run_words) of negative sampling in tiers combine
+# pWord2Vec's doubling tiers from DOUBLING_HOT rows: on enwiki-64M over 3 epochs they kept
+# 0.061-0.081 more WS-353 than the geometric tiers at 8 and 16 ranks, at 40-55% of the bytes
+# (rows past the hot tier lose word similarity when combined often); in short runs (enwiki,
+# 1 epoch) they lost 1.4-3.6 analogy points, so short runs keep the geometric tiers
+# (docs/lab/sync-modes.md, "Long runs: averaging or blocks")
+DOUBLING_HOT = 256
+
+
+def tier_schedule(cfg: TrainConfig, world_size: int, run_words: int) -> str:
+    """--sync-schedule: geometric or doubling; auto: doubling in long runs of negative
+    sampling whose --sync-hot and --sync-full are automatic, geometric otherwise."""
+    if cfg.sync_schedule != "auto":
+        return cfg.sync_schedule
+    auto = cfg.loss == "ns" and not cfg.sync_hot and not cfg.sync_full
+    return "doubling" if auto and run_words >= long_run_words(world_size) else "geometric"
+
+
+def doubling_full(vocab_size: int, hot: int) -> int:
+    """The doubling tiers' period of a sync of every row: the first power of 2 (at least 2)
+    with hot x it >= the vocabulary."""
+    full = 2
+    while hot * full < vocab_size:
+        full *= 2
+    return full
+
+
 def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
     """What in ``cfg`` (the kernel and device resolved) keeps --store auto on the replicated
     store: options the block store refuses, and options only averaging reads."""
@@ -504,6 +545,7 @@ def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
         ("--balance speed", cfg.balance != "off"), ("--overlap", cfg.overlap),
         (f"--sync {cfg.sync}", cfg.sync != "auto"), ("--sync-every", cfg.sync_every != 0),
         ("--sync-full", cfg.sync_full != 0), ("--sync-hot", cfg.sync_hot != 0),
+        ("--sync-schedule", cfg.sync_schedule != "auto"),
         ("--sync-seconds", cfg.sync_seconds != 0), ("--max-local-lr", cfg.max_local_lr != default_max_local_lr(cfg.loss, cfg.lr)),
         ("--wire-feedback", cfg.wire_feedback != "auto"), (f"--wire {cfg.wire}", cfg.wire != "auto"),
         (f"--allreduce {cfg.allreduce}", cfg.allreduce != "mpi"), (f"--exchange {cfg.exchange}", cfg.exchange != "mpi"),
@@ -520,7 +562,7 @@ def store_of(cfg: TrainConfig, world_size: int, run_words: int, kernel: str, dev
         return cfg.store, ""
     if world_size < BLOCKS_AUTO_MIN_RANKS:
         return "replicated", ""
-    least = int(BLOCKS_AUTO_RUN_WORDS * max(1.0, 16 / world_size))
+    least = long_run_words(world_size)
     if run_words < least:
         return "replicated", (f"auto: {run_words:,} words, under {least:,} on {world_size} ranks, average well; longer "
                               f"runs train on --store blocks")

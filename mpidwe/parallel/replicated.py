@@ -282,19 +282,21 @@ def rest_of(spans: list[tuple[int, int]] | None, lengths: list[int]) -> list[tup
 
 
 class Tiers:
-    """Which rows a sync combines (``--sync-full F``, pWord2Vec's schedule): sync k (counted
-    from 1 over the whole run, so a resumed run keeps the schedule) combines the ``hot`` most
-    frequent rows of each matrix, and at every 2^j-th sync geometrically more of them,
-    hot x (V / hot)^(j / log2 F); every F-th sync combines every row. A row's change waits on
+    """Which rows a sync combines (``--sync-full F``): sync k (counted from 1 over the whole
+    run, so a resumed run keeps the schedule) combines the ``hot`` most frequent rows of each
+    matrix, and at every 2^j-th sync more of them: geometrically more, hot x (V / hot)^(j /
+    log2 F), or (``schedule`` doubling, pWord2Vec's) hot x 2^j; every F-th sync combines every row. A row's change waits on
     its rank until a sync combines it: nothing is lost, and after a sync of every row all
     ranks hold the same parameters, bit for bit. ``hot_last``: per matrix, whether its most
     frequent rows are its last (a Huffman tree's top nodes, --loss hs); ``words``: the rows
     ranked by frequency (the vocabulary; an input matrix's n-gram rows beyond it are only
     combined with every row)."""
 
-    def __init__(self, rows: list[int], words: int, hot: int, full: int, hot_last: list[bool]):
+    def __init__(self, rows: list[int], words: int, hot: int, full: int, hot_last: list[bool],
+                 schedule: str = "geometric"):
         self.rows, self.words, self.hot, self.full, self.hot_last = rows, words, hot, full, hot_last
         self.levels = max(0, full.bit_length() - 1)
+        self.doubling = schedule == "doubling"
 
     @classmethod
     def planned(cls, setup: StoreSetup, rows: list[int]) -> "Tiers | None":
@@ -302,7 +304,8 @@ class Tiers:
         the input and output matrices of ``rows`` rows (--loss hs: the output's hot rows
         are its last, the tree's top)."""
         t = setup.tiers
-        return cls(rows, setup.vocab_size, t["hot"], t["full"], [False, setup.cfg.loss == "hs"]) if t else None
+        return (cls(rows, setup.vocab_size, t["hot"], t["full"], [False, setup.cfg.loss == "hs"],
+                    t.get("schedule", "geometric")) if t else None)
 
     def covered(self, sync: int) -> int:
         """How many of the most frequent rows sync ``sync`` (from 1) combines."""
@@ -310,6 +313,8 @@ class Tiers:
             return self.words
         level = (sync & -sync).bit_length() - 1        # trailing zeros: 0 at every other sync
         hot = min(self.hot, self.words)
+        if self.doubling:                               # pWord2Vec's: H x 2^level
+            return min(self.words, hot << level)
         return min(self.words, int(round(hot * (self.words / hot) ** (level / self.levels))))
 
     def spans(self, sync: int) -> list[tuple[int, int]] | None:

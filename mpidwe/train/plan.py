@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.config import MIN_SYNC_EVERY, TrainConfig, block_wire, store_of, tiers_of, to_dict, wire_of
+from ..core.config import (DOUBLING_HOT, MIN_SYNC_EVERY, TrainConfig, block_wire, doubling_full, store_of,
+                           tier_schedule, tiers_of, to_dict, wire_of)
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
@@ -394,9 +395,15 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     shard_sizes = comm.allgather(shard.n_tokens)
     every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
     full, hot = tiers_of(cfg, comm.size, kernel, full_hs)
+    doubling = full > 1 and tier_schedule(cfg, comm.size, corpus.n_tokens * cfg.epochs) == "doubling"
+    if doubling:            # pWord2Vec's tiers: H x 2^t rows at sync k (t: k's trailing zero bits)
+        hot = cfg.sync_hot or DOUBLING_HOT
+        full = cfg.sync_full or doubling_full(corpus.n_words, hot)
     # as run: every F-th sync combines every row, the others the H most frequent and more
-    # (None: every sync, every row; the replicated store with --exchange mpi only)
-    tiers = dict(full=full, hot=hot, wire=wire_of(cfg, comm.size, True)) if full > 1 and comm.size > 1 else None
+    # (None: every sync, every row; the replicated store with --exchange mpi only); the
+    # geometric schedule says no name (as every config.json before the doubling one)
+    tiers = (dict(full=full, hot=hot, wire=wire_of(cfg, comm.size, True), **({"schedule": "doubling"} if doubling else {}))
+             if full > 1 and comm.size > 1 else None)
     if tiers and cfg.loss == "hs" and not cfg.sync_full:      # --loss hs, tiers by default: HS's interval
         sync_every = every_hs
     elif cfg.store == "blocks":       # a round is one pass of the ring

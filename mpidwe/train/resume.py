@@ -49,7 +49,7 @@ RESUME_TORCH_MUST_MATCH = ("batch_size",)
 
 # what a checkpoint written before an option existed ran with
 RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000,
-                   "wire_feedback": "off"}
+                   "wire_feedback": "off", "sync_schedule": "geometric"}
 
 
 # what a resumed run takes from its checkpoint when the user does not give it (gensim's
@@ -61,7 +61,8 @@ RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3
 RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + RESUME_MAY_CHANGE + (
     "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
-    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "wire", "wire_feedback", "overlap",
+    "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "sync_schedule", "wire",
+    "wire_feedback", "overlap",
     "sync_seconds")
 
 
@@ -170,12 +171,13 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
                          f"docs/lab/sync-modes.md); resume it with the mpidwe that wrote it, or start a new run "
                          f"from it with --init-from")
     old_tiers = ck.config.get("sync_tiers")
-    same_options = all(ck.config.get(k) == resolved.get(k) for k in ("sync_full", "sync_hot", "wire", "sync_every"))
+    same_options = all(ck.config.get(k, RESUME_DEFAULTS.get(k)) == resolved.get(k)
+                       for k in ("sync_full", "sync_hot", "sync_schedule", "wire", "sync_every"))
     if same_plan and same_options and "sync_tiers" in ck.config and old_tiers != resolved.get("sync_tiers"):
         # the same options, ranks and length, other tiers: the defaults changed since (--loss
         # hs combines in tiers from 4 ranks); another schedule would silently change the run
-        keep = (f"--sync-full {old_tiers['full']} --sync-hot {old_tiers['hot']} --wire {old_tiers['wire']}"
-                if old_tiers else "--sync-full 1")
+        keep = (f"--sync-full {old_tiers['full']} --sync-hot {old_tiers['hot']} --wire {old_tiers['wire']} "
+                f"--sync-schedule {old_tiers.get('schedule', 'geometric')}" if old_tiers else "--sync-full 1")
         raise InputError(f"cannot resume from {ck.path}: its {world} ranks combined "
                          f"{_tiers_words(old_tiers)}, and this mpidwe would combine "
                          f"{_tiers_words(resolved.get('sync_tiers'))} (the defaults changed, "
@@ -183,8 +185,8 @@ def _check_resume(resolved: dict, ck: checkpoint.Checkpoint, corpus: Corpus, wor
 
 
 def _tiers_words(tiers: dict | None) -> str:
-    return (f"in tiers ({tiers['hot']:,} hot rows, all every {tiers['full']:,} syncs)" if tiers
-            else "every row at every sync")
+    return (f"in {tiers.get('schedule', 'geometric')} tiers ({tiers['hot']:,} hot rows, all every "
+            f"{tiers['full']:,} syncs)" if tiers else "every row at every sync")
 
 
 def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, log,

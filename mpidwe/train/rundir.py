@@ -178,8 +178,9 @@ def _combining(r: dict) -> str:
 def _tiers(r: dict) -> str:
     t = r.get("sync_tiers")        # absent in a config.json written before tiers could be automatic
     fed = ", error feedback" if t and feedback_of(r.get("wire_feedback", "off"), True, r.get("loss", "ns")) else ""
-    return (f" in tiers ({t['hot']:,} most frequent rows every sync, all every {t['full']:,}, wire {t['wire']}{fed})"
-            if t else "")
+    more = ", twice as many every 2nd, 4 times every 4th, ..." if t and t.get("schedule") == "doubling" else ""
+    return (f" in tiers ({t['hot']:,} most frequent rows every sync{more}, all every {t['full']:,}, wire "
+            f"{t['wire']}{fed})" if t else "")
 
 
 def _bound(r: dict) -> str:
