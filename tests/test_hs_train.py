@@ -205,13 +205,13 @@ def test_a_checkpoint_combined_otherwise_is_refused_when_the_defaults_changed(de
     with Corpus(str(demo / "corpus.h5")) as c:
         _check_resume(dict(ck.config), ck, c, 1)
         with pytest.raises(InputError, match=r"its 1 ranks combined every row at every sync, and this mpidwe would "
-                                             r"combine in tiers \(64 hot rows, all every 8 syncs\) .*give "
+                                             r"combine in geometric tiers \(64 hot rows, all every 8 syncs\) .*give "
                                              r"--sync-full 1 to continue it as it was$"):
             _check_resume(dict(ck.config, sync_tiers=now), ck, c, 1)
         _check_resume(dict(ck.config, sync_tiers=now, sync_full=8), ck, c, 1)       # the user asked for tiers
         _check_resume(dict(ck.config, sync_tiers=now), ck, c, 2)                     # re-planned on 2 ranks
         ck.config["sync_tiers"] = now
-        with pytest.raises(InputError, match=r"give --sync-full 8 --sync-hot 64 --wire int4 to continue"):
+        with pytest.raises(InputError, match=r"give --sync-full 8 --sync-hot 64 --wire int4 --sync-schedule geometric to continue"):
             _check_resume(dict(ck.config, sync_tiers=None), ck, c, 1)
         del ck.config["sync_tiers"]
         _check_resume(dict(ck.config, sync_tiers=now), ck, c, 1)                     # written before tiers
