@@ -527,6 +527,17 @@ def tier_schedule(cfg: TrainConfig, world_size: int, run_words: int) -> str:
     return "doubling" if auto and run_words >= long_run_words(world_size) else "geometric"
 
 
+def scheduled_tiers(cfg: TrainConfig, world_size: int, run_words: int, vocab_size: int, full: int, hot: int
+                    ) -> tuple[int, int, bool]:
+    """The tiers ``(full, hot)`` of tiers_of under this run's schedule (tier_schedule), and
+    whether it is the doubling one (then --sync-hot or DOUBLING_HOT rows, and --sync-full or
+    the first period that reaches every row)."""
+    if full <= 1 or tier_schedule(cfg, world_size, run_words) != "doubling":
+        return full, hot, False
+    hot = cfg.sync_hot or DOUBLING_HOT
+    return cfg.sync_full or doubling_full(vocab_size, hot), hot, True
+
+
 def doubling_full(vocab_size: int, hot: int) -> int:
     """The doubling tiers' period of a sync of every row: the first power of 2 (at least 2)
     with hot x it >= the vocabulary."""

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.config import (DOUBLING_HOT, MIN_SYNC_EVERY, TrainConfig, block_wire, doubling_full, store_of,
-                           tier_schedule, tiers_of, to_dict, wire_of)
+from ..core.config import (MIN_SYNC_EVERY, TrainConfig, block_wire, scheduled_tiers, store_of, tiers_of, to_dict,
+                           wire_of)
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
@@ -379,10 +379,8 @@ def resolve_store(cfg: TrainConfig, world_size: int, corpus: Corpus, compute: Co
 def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | None = None,
               store_choice: str = "") -> Plan:
     """``compute``: the run's device and kernel when already chosen (before the corpus opens);
-    ``cfg.store`` resolved (:func:`resolve_store`, which says why: ``store_choice``)."""
+    ``cfg.store`` as :func:`resolve_store` left it, which says why: ``store_choice``."""
     compute = choose_compute(cfg, comm) if compute is None else compute
-    if cfg.store == "auto":
-        cfg, store_choice = resolve_store(cfg, comm.size, corpus, compute)
     device, kernel = compute.device, compute.kernel
     # --store blocks: one writer per row, so every rank trains at one process's rate
     scale = 1 if cfg.store == "blocks" else comm.agree(lr_scale, cfg.sync, comm.size, cfg.lr, cfg.max_local_lr,
@@ -394,11 +392,8 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
     shard = corpus.shard(comm.rank, comm.size)
     shard_sizes = comm.allgather(shard.n_tokens)
     every_hs, full_hs = hs_tiers(corpus.n_words, comm.size, cfg.sync_every)
-    full, hot = tiers_of(cfg, comm.size, kernel, full_hs)
-    doubling = full > 1 and tier_schedule(cfg, comm.size, corpus.n_tokens * cfg.epochs) == "doubling"
-    if doubling:            # pWord2Vec's tiers: H x 2^t rows at sync k (t: k's trailing zero bits)
-        hot = cfg.sync_hot or DOUBLING_HOT
-        full = cfg.sync_full or doubling_full(corpus.n_words, hot)
+    full, hot, doubling = scheduled_tiers(cfg, comm.size, corpus.n_tokens * cfg.epochs, corpus.n_words,
+                                          *tiers_of(cfg, comm.size, kernel, full_hs))
     # as run: every F-th sync combines every row, the others the H most frequent and more
     # (None: every sync, every row; the replicated store with --exchange mpi only); the
     # geometric schedule says no name (as every config.json before the doubling one)
