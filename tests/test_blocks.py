@@ -228,8 +228,49 @@ def test_a_pass_is_4m_words_or_what_bounds_the_rings_bytes_and_steps_and_a_run_h
     assert block_pass_words(10_000, 4) == 5_000                                # never below the floor
 
 
+@pytest.mark.parametrize("pieces", [1, 2, 3])
+@pytest.mark.parametrize("parts", [1, 2, 5])
+@pytest.mark.parametrize("v", [1, 7, 1001])
+def test_the_pieces_of_a_block_split_its_words_once_with_about_equal_mass(pieces, parts, v):
+    from mpidwe.core.blocks import piece_members, snake_pieces
+
+    counts = zipf_counts(v)
+    block_of = snake_blocks(counts, parts)
+    piece_of = snake_pieces(counts, block_of, pieces)
+    members, offsets = piece_members(block_of, piece_of, parts, pieces)
+    assert sorted(members.tolist()) == list(range(v)) and len(offsets) == parts * pieces + 1
+    blocks, block_offsets = block_members(block_of, parts)
+    for b in range(parts):       # a block's slots hold its words, its pieces one after another
+        lo, hi = offsets[b * pieces], offsets[(b + 1) * pieces]
+        assert (lo, hi) == (block_offsets[b], block_offsets[b + 1])
+        assert sorted(members[lo:hi].tolist()) == sorted(blocks[lo:hi].tolist())
+        sizes = np.diff(offsets[b * pieces:(b + 1) * pieces + 1])
+        assert sizes.max() - sizes.min() <= 1
+        for h in range(pieces):
+            got = members[offsets[b * pieces + h]:offsets[b * pieces + h + 1]]
+            assert (piece_of[got] == h).all() and (np.diff(got) > 0).all()
+    if pieces == 1:               # one piece: the blocks' own order
+        np.testing.assert_array_equal(members, blocks)
+
+
+def test_the_ring_overlaps_in_halves_where_a_pass_has_room_for_their_latency_steps():
+    from mpidwe.core.blocks import ring_pieces
+    from mpidwe.train.plan import block_pass_words
+
+    run = 3 * 64_332_282                                                 # enwiki-64M x 3
+    assert ring_pieces("auto", 8, block_pass_words(run, 8, 145_785)) == 2      # 32 steps a 500k-word pass
+    assert ring_pieces("auto", 16, block_pass_words(run, 16, 145_785)) == 2     # 56 steps a 474k-word pass
+    assert ring_pieces("auto", 32, block_pass_words(run, 32, 145_785)) == 1     # 104 steps a 502k-word pass
+    assert ring_pieces("auto", 16, block_pass_words(run // 4, 16, 69_000)) == 1  # enwiki x 3: 250k-word passes
+    assert ring_pieces("auto", 16, 373_334) == 2 and ring_pieces("auto", 16, 373_333) == 1   # 56 x 1e6 / 150
+    assert ring_pieces("on", 32, 1) == 2 and ring_pieces("off", 8, 10**9) == 1
+    assert ring_pieces("on", 1, 10**9) == 1                               # one rank has no ring
+    with pytest.raises(ConfigError, match="--ring-overlap reads only the block store"):
+        parse_command(TrainConfig, ["--store", "replicated", "--ring-overlap", "on"], prog="test", description="")
+
+
 def test_the_ring_goes_int8_from_16_ranks_unless_wire_says():
-    from mpidwe.core.config import block_wire
+    from mpidwe.core.blocks import block_wire
 
     cfg = TrainConfig(store="blocks")
     assert [block_wire(cfg, p) for p in (1, 8, 15, 16, 32)] == ["fp32"] * 3 + ["int8"] * 2
@@ -337,3 +378,15 @@ def test_the_ring_encodes_and_decodes_every_row_of_a_block(threads, n):
 
     BlockStore.by_rows(SimpleNamespace(threads=threads), n, work)
     assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_place_rows_puts_every_row_where_the_permutation_says_in_place(n):
+    from mpidwe.kernels.pairs import place_rows
+
+    rng = np.random.default_rng(n)
+    rows, dest = rng.standard_normal((n, 5)).astype(np.float32), rng.permutation(n).astype(np.int64)
+    want = np.empty_like(rows)
+    want[dest] = rows
+    place_rows(rows, dest)
+    np.testing.assert_array_equal(rows, want)

@@ -321,8 +321,9 @@ STOP_TIERS = ("--sync", "dense", "--wire", "int4", "--sync-full", "4", "--sync-h
 
 
 @pytest.mark.parametrize("ranks,extra", [(3, STOP_TIERS), (2, ("--overlap", "--sync-every", "5000")),
-                                         (3, ("--store", "blocks", "--wire", "int8", "--sync-every", "5000"))],
-                         ids=["3-tiers-int4-feedback", "2-overlap", "3-blocks-int8-ring"])
+                                         (3, ("--store", "blocks", "--wire", "int8", "--ring-overlap", "on",
+                                              "--sync-every", "5000"))],
+                         ids=["3-tiers-int4-feedback", "2-overlap", "3-blocks-int8-ring-in-halves"])
 def test_sigterm_then_resume_is_exact_in_tiers_and_with_overlap(corpus, tmp_path, ranks, extra):
     """A stop (SIGTERM, Slurm's requeue) flushes its checkpoint, which a run in tiers (changes
     waiting, error-feedback residuals) or with --overlap (an exchange in flight) would not have

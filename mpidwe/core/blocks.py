@@ -9,6 +9,11 @@ one writer at a time, so ranks never combine copies (docs/lab/blocks.md).
 
 ``shifts`` is a permutation of 0..P-1 drawn per round from (seed, round): the same on every
 rank, different per pass (a fixed order overfits, as PyTorch-BigGraph found).
+
+With ``--ring-overlap`` an output block is two pieces (halves of about equal count mass,
+snake order again): a step trains the bucket's pairs of piece 0 with noise words from piece
+0, hands piece 0 on while it trains piece 1 the same way, and so on, so one half travels
+while the other trains. Each piece has one writer at a time, as each block had.
 """
 
 from __future__ import annotations
@@ -39,10 +44,42 @@ def block_members(block_of: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndar
     return members, offsets
 
 
+def snake_pieces(counts: np.ndarray, block_of: np.ndarray, pieces: int) -> np.ndarray:
+    """int32 [V]: each word's piece (0 .. pieces - 1) of its block: the block's words by
+    descending count (ties by id) dealt snake-wise as snake_blocks deals the vocabulary, so
+    the pieces of a block hold about the same count mass and the same number of words."""
+    n = len(block_of)
+    if pieces <= 1 or n == 0:
+        return np.zeros(n, dtype=np.int32)
+    counts = np.asarray(counts)
+    order = np.lexsort((np.arange(n), -counts.astype(np.float64), block_of))
+    blocks = np.asarray(block_of)[order]
+    first = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
+    start = np.repeat(first, np.diff(np.r_[first, n]))
+    lap, pos = np.divmod(np.arange(n) - start, pieces)
+    piece = np.empty(n, dtype=np.int32)
+    piece[order] = np.where(lap % 2 == 0, pos, pieces - 1 - pos)
+    return piece
+
+
+def piece_members(block_of: np.ndarray, piece_of: np.ndarray, parts: int, pieces: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The output matrix's slot order when blocks travel in ``pieces`` pieces: (members int32
+    [V], offsets int64 [P x pieces + 1]): piece h of block b holds the words
+    members[offsets[b x pieces + h]:offsets[b x pieces + h + 1]], by id, so block b is
+    offsets[b x pieces]:offsets[(b + 1) x pieces], its pieces one after another (one piece:
+    block_members)."""
+    group = np.asarray(block_of, dtype=np.int64) * pieces + piece_of
+    members = np.argsort(group, kind="stable").astype(np.int32)
+    offsets = np.zeros(parts * pieces + 1, dtype=np.int64)
+    np.cumsum(np.bincount(group, minlength=parts * pieces), out=offsets[1:])
+    return members, offsets
+
+
 def block_noise_tables(counts: np.ndarray, members: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """uint32 [V, 2]: per block, the alias table of unigram^0.75 restricted to its words
-    (core/vocab.negative_table), stacked in member order; column 1 is an index into the
-    block's members. A draw from block b (kernels/pairs.py) never leaves it."""
+    """uint32 [V, 2]: per block (or piece: any ``offsets``), the alias table of unigram^0.75
+    restricted to its words (core/vocab.negative_table), stacked in member order; column 1 is
+    an index into the block's members. A draw from block b (kernels/pairs.py) never leaves it."""
     table = np.empty((len(members), 2), dtype=np.uint32)
     for b in range(len(offsets) - 1):
         lo, hi = int(offsets[b]), int(offsets[b + 1])
@@ -72,3 +109,35 @@ def handoff(rank: int, before: int, after: int, parts: int) -> tuple[int, int]:
     the rank it receives its next block from). The same rank on both sides when no block
     moves."""
     return (rank + before - after) % parts, (rank + after - before) % parts
+
+
+# --store blocks, --wire auto: the ring's blocks travel as int8 rows (with error feedback)
+# from this many ranks on, where the ring's bytes per word grow with P (16 and 32 ranks kept
+# one process's quality on enwiki-64M with them: docs/lab/blocks.md), as float32 below
+BLOCK_INT8_MIN_RANKS = 16
+
+
+def block_wire(cfg, world_size: int) -> str:
+    """--store blocks: the ring's encoding of the output blocks (--wire; lossy ones keep
+    error feedback: parallel/blocks.py)."""
+    if cfg.wire != "auto":
+        return cfg.wire
+    return "int8" if world_size >= BLOCK_INT8_MIN_RANKS else "fp32"
+
+
+# --ring-overlap auto: halves where the pass's latency steps stay within this many per million
+# words a rank trains (issue 42's budget: the halves double the ring's messages)
+BLOCK_OVERLAP_STEPS_PER_MILLION = 150
+
+
+def ring_pieces(option: str, world_size: int, pass_words: int) -> int:
+    """--store blocks: the pieces an output block travels in (``pass_words``: a pass's words
+    per rank): 2 for --ring-overlap on, or auto where a pass's latency steps with halves (the
+    routing's P - 1 and log2 P, 2 (P - 1) + 1 hand-offs and the round's few collectives:
+    about 3 P + 8) stay within BLOCK_OVERLAP_STEPS_PER_MILLION per million words a rank
+    trains; 1 otherwise (and on one rank, which has no ring)."""
+    if world_size <= 1 or option == "off":
+        return 1
+    if option == "on":
+        return 2
+    return 2 if (3 * world_size + 8) * 1e6 <= BLOCK_OVERLAP_STEPS_PER_MILLION * max(pass_words, 1) else 1

@@ -141,7 +141,8 @@ class TrainConfig:
         "compute": ("device", "kernel", "threads", "batch_size"),
         "sync (how ranks combine)": ("sync", "sync_every", "sync_seconds", "max_local_lr", "wire", "wire_feedback",
                                      "overlap",
-                                     "sync_hot", "sync_full", "sync_schedule", "balance", "allreduce", "exchange", "store", "pipeline",
+                                     "sync_hot", "sync_full", "sync_schedule", "balance", "allreduce", "exchange", "store", "ring_overlap",
+                                     "pipeline",
                                      "memory_budget"),
         "checkpoints, resume and the divergence guard": ("checkpoint_every", "checkpoint_minutes",
                                                          "keep_checkpoints", "resume", "force",
@@ -243,6 +244,12 @@ class TrainConfig:
                      "4M words over all ranks, more where the ring's bytes or latency per word would be many, at "
                      "most the run's words / 12; docs/lab/blocks.md)",
                      choices=["auto", "replicated", "sharded", "blocks"])
+    ring_overlap: str = opt("auto", "--store blocks: on: each output block travels round the ring in two halves "
+                            "of equal frequency mass, one on the wire (from a thread of its own) while the other "
+                            "trains, with noise words from the half that trains; off: the whole block in one "
+                            "message after it trains; auto: on where a pass's 3 P + 8 latency steps stay within "
+                            "150 per million words a rank trains (docs/lab/blocks.md, \"Overlap\")",
+                            choices=["auto", "on", "off"])
     pipeline: bool = opt(False, "--store sharded: pull the next round's rows in a second thread while this round "
                          "trains, then send again only the rows this round's push changed (the same model as "
                          "without; the thread needs a core of its own: where the ranks fill the cores it "
@@ -414,6 +421,8 @@ class TrainConfig:
                "--store blocks trains skip-gram with negative sampling on the numba kernel (a CBOW window, a "
                "Huffman path or subword rows would span every rank's block), without --balance speed or "
                "--overlap; use --store replicated for those")
+        _check(self.ring_overlap == "auto" or self.store in ("blocks", "auto"),
+               "--ring-overlap reads only the block store's ring; give --store blocks, or leave it out")
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
                "it applies when RUN_DIR has no checkpoint yet)")
@@ -475,20 +484,6 @@ def wire_of(cfg: TrainConfig, world_size: int, tiered: bool | None = None) -> st
         return "fp32"
     tiered = tiers_of(cfg, world_size)[0] > 1 if tiered is None else tiered
     return "int4" if tiered else "int8"
-
-
-# --store blocks, --wire auto: the ring's blocks travel as int8 rows (with error feedback)
-# from this many ranks on, where the ring's bytes per word grow with P (16 and 32 ranks kept
-# one process's quality on enwiki-64M with them: docs/lab/blocks.md), as float32 below
-BLOCK_INT8_MIN_RANKS = 16
-
-
-def block_wire(cfg: TrainConfig, world_size: int) -> str:
-    """--store blocks: the ring's encoding of the output blocks (--wire; lossy ones keep
-    error feedback: parallel/blocks.py)."""
-    if cfg.wire != "auto":
-        return cfg.wire
-    return "int8" if world_size >= BLOCK_INT8_MIN_RANKS else "fp32"
 
 
 # --store auto trains on the block store (every row one writer, no averaging) from this many

@@ -204,7 +204,33 @@ def train_span(dim, rows, bucket, noise, sched, rng_state, tid, result):
     result[tid, 1] = b - a
 
 
-for _dispatcher in (window_pairs, count_groups, scatter_groups, train_span):
+@njit(cache=True, nogil=True)
+def place_rows(rows, dest):
+    """Move row i of ``rows`` to row dest[i] (a permutation), in place: one row of scratch,
+    each cycle of the permutation followed once."""
+    n, d = rows.shape
+    done = np.zeros(n, np.uint8)
+    carried = np.empty(d, rows.dtype)
+    for start in range(n):
+        if done[start]:
+            continue
+        done[start] = 1
+        if dest[start] == start:
+            continue
+        carried[:] = rows[start]
+        i = dest[start]
+        while True:                 # put the carried row at i, carry on with the one it displaces
+            for c in range(d):
+                x = rows[i, c]
+                rows[i, c] = carried[c]
+                carried[c] = x
+            done[i] = 1
+            if i == start:
+                break
+            i = dest[i]
+
+
+for _dispatcher in (window_pairs, count_groups, scatter_groups, train_span, place_rows):
     stamp_sources(_dispatcher)
 
 

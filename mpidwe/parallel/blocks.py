@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
 
-from ..core.config import block_wire
 from ..core.errors import InputError
-from ..core.blocks import block_members, block_noise_tables, handoff, held_block, ring_shifts, snake_blocks
+from ..core.blocks import (block_members, block_noise_tables, block_wire, handoff, held_block, piece_members,
+                           ring_shifts, snake_blocks, snake_pieces)
 from ..kernels.args import KernelArgs
-from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, train_bucket
+from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, place_rows, train_bucket
 from ..kernels.rows import Params
 from .comm import Comm
 from . import replicated
@@ -96,6 +97,11 @@ def scatter_blocks(comm: Comm, whole: np.ndarray | None, members: np.ndarray, of
     return np.ascontiguousarray(whole[block(0)])
 
 
+# the rank-state key of the lossy ring's residuals (word order; the key of the block order
+# they had before the pieces of --ring-overlap is not read: such a resume is not exact)
+RESIDUAL_KEY = "ring_residual_by_word"
+
+
 class BlockStore(Store):
     """Input block ``comm.rank`` and one travelling output block per rank (module docstring)."""
 
@@ -113,28 +119,22 @@ class BlockStore(Store):
         p, rank = comm.size, comm.rank
         self.comm, self.seed, self.threads = comm, setup.cfg.seed, setup.threads
         self.vocab, self.dim = setup.vocab_size, w_in.shape[1]
-        self.block_of = snake_blocks(setup.counts, p)
-        self.members, self.offsets = block_members(self.block_of, p)
-        self.noise = block_noise_tables(setup.counts, self.members, self.offsets)
-        # the output matrix in block order: block b is rows offsets[b]:offsets[b + 1]; a word's
-        # row there (its slot) is position[word], which the pairs carry; ``within`` maps a slot
-        # to its row in its own block, and ``row_of`` a word to its row in its block: the rows
-        # of the arrays a rank holds (its input block and the output block it holds)
-        self.position = np.empty(self.vocab, np.int32)
-        self.position[self.members] = np.arange(self.vocab, dtype=np.int32)
-        self.slot_block = self.block_of[self.members]          # the block of each slot
-        self.within = (np.arange(self.vocab) - self.offsets[self.slot_block]).astype(np.int32)
-        self.row_of = self.within[self.position]
+        self.ring_pieces = max(1, int(setup.ring_pieces)) if p > 1 else 1
+        self.lay_out(setup.counts, p)
         most = int(np.diff(self.offsets).max()) if self.vocab else 0
         # this rank's rows, taken as they are (also the whole matrices where one block holds
-        # every word: one rank), or the whole matrices (a warm start), copied from
+        # every word: one rank), or the whole matrices (a warm start), copied from; the
+        # output rows come by id (as the input rows) and go to slot order
         mine = self.block(rank)
         own = len(w_in) == len(w_out) == len(mine)
         if not own and not len(w_in) == len(w_out) == self.vocab:
             raise ValueError(f"rank {rank}'s block has {len(mine)} rows, its parameters {len(w_in)}")
         self.w_in = np.ascontiguousarray(w_in if own else w_in[mine])
         # the held output block (its first rows), and the ring's receive buffer
-        rows = np.ascontiguousarray(w_out if own else w_out[mine])
+        held = self.out_block(rank)
+        rows = np.ascontiguousarray(w_out[self.row_of[held]] if own else w_out[held])
+        if own and self.ring_pieces == 1:
+            rows = np.ascontiguousarray(w_out)           # the same order: no copy
         self.out_rows = rows if len(rows) == most else np.zeros((most, self.dim), np.float32)
         self.out_rows[:len(mine)] = rows
         self.spare = np.empty_like(self.out_rows) if p > 1 else None
@@ -144,6 +144,12 @@ class BlockStore(Store):
         # rank sends, each made when it first sends the block
         self.wire = block_wire(setup.cfg, p)
         self.residual: list | None = None if self.wire == "fp32" or p == 1 else [None] * p
+        # --ring-overlap: the hand-offs of pieces run in a thread of their own, on a
+        # communicator of their own, while the next piece trains (without MPI_THREAD_MULTIPLE
+        # they run in place: the same numbers, later)
+        overlap = self.ring_pieces > 1 and comm.thread_multiple
+        self.ring = comm.dup() if overlap else comm
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mpidwe-ring") if overlap else None
         # the shift of the output block this rank holds (core.blocks.ring_shifts: a pass starts
         # and ends at 0, also a resumed one)
         self.held = 0
@@ -153,22 +159,54 @@ class BlockStore(Store):
         self.stats = SyncStats()
         self.route_bytes = 0
         self.ring_bytes = 0
+        self.ring_hidden_s = 0.0      # seconds of hand-offs the ring thread hid behind training
         self.pairs = 0
 
-    def noise_of(self, b: int, args: KernelArgs) -> Noise:
-        """Noise words from block ``b`` only (as rows of the held block); with shared negatives
-        one draw per run of a centre's pairs (at most a window's contexts)."""
-        lo, hi = self.span(b)
+    def lay_out(self, counts: np.ndarray, p: int) -> None:
+        """The blocks (snake order over the counts) and where each word's rows are."""
+        self.block_of = snake_blocks(counts, p)
+        # the input rows of a block: its words by id; ``row_of`` maps a word to its row there
+        self.members, self.offsets = block_members(self.block_of, p)
+        self.row_of = np.empty(self.vocab, np.int32)
+        self.row_of[self.members] = (np.arange(self.vocab) - self.offsets[self.block_of[self.members]]).astype(np.int32)
+        # the output matrix in slot order: block b is slots offsets[b]:offsets[b + 1], its
+        # pieces one after another (one piece, or --ring-overlap: two, which travel one at a
+        # time: core.blocks.piece_members), each piece's words by id; a word's slot is
+        # position[word], which the pairs carry, ``within`` maps a slot to its row in its
+        # block (the rows of the held output block), ``slot_group`` to its (block, piece)
+        piece_of = snake_pieces(counts, self.block_of, self.ring_pieces)
+        self.out_members, self.piece_offsets = piece_members(self.block_of, piece_of, p, self.ring_pieces)
+        self.noise = block_noise_tables(counts, self.out_members, self.piece_offsets)
+        self.position = np.empty(self.vocab, np.int32)
+        self.position[self.out_members] = np.arange(self.vocab, dtype=np.int32)
+        slot_block = self.block_of[self.out_members]
+        self.slot_group = (slot_block.astype(np.int64) * self.ring_pieces + piece_of[self.out_members]).astype(np.int32)
+        self.within = (np.arange(self.vocab) - self.offsets[slot_block]).astype(np.int32)
+
+    def noise_of(self, g: int, args: KernelArgs) -> Noise:
+        """Noise words from group ``g`` (block g // pieces's piece g % pieces) only (as rows of
+        the held block); with shared negatives one draw per run of a centre's pairs (at most a
+        window's contexts)."""
+        lo, hi = int(self.piece_offsets[g]), int(self.piece_offsets[g + 1])
         return Noise(self.noise, self.within, lo, hi - lo, int(args.negative), bool(args.shared_negatives),
                      2 * int(args.window))
 
     def block(self, b: int) -> np.ndarray:
-        """The word ids of block ``b``."""
+        """The word ids of block ``b``, by id: its input rows' order."""
         return self.members[self.offsets[b]:self.offsets[b + 1]]
 
+    def out_block(self, b: int) -> np.ndarray:
+        """The word ids of block ``b`` in its output rows' order (its pieces one after another)."""
+        return self.out_members[self.offsets[b]:self.offsets[b + 1]]
+
     def span(self, b: int) -> tuple[int, int]:
-        """Block ``b``'s slots [lo, hi) of the output matrix in block order."""
+        """Block ``b``'s slots [lo, hi) of the output matrix in slot order."""
         return int(self.offsets[b]), int(self.offsets[b + 1])
+
+    def piece_rows(self, b: int, h: int) -> tuple[int, int]:
+        """Piece ``h`` of block ``b`` as rows [lo, hi) of the block."""
+        g, base = b * self.ring_pieces + h, int(self.offsets[b])
+        return int(self.piece_offsets[g]) - base, int(self.piece_offsets[g + 1]) - base
 
     def size(self, b: int) -> int:
         """Rows of block ``b``."""
@@ -179,6 +217,10 @@ class BlockStore(Store):
               on_piece: Callable[[int], None] | None = None) -> Trained:
         t0 = time.perf_counter()
         self.whole_in, self.dirty = None, True
+        p, rank, parts = self.comm.size, self.comm.rank, self.ring_pieces
+        shifts = [int(k) for k in ring_shifts(self.seed, int(args.words_done), p)]
+        # the round's first hand-off (whole blocks) travels while this rank makes its pairs
+        pending = self.launch(self.move_job(shifts[0])) if p > 1 else None
         made, words = [], 0
         for tokens, starts in work.pieces:
             made.append(piece_pairs(tokens, starts, args.keep_prob, args.window, self.position, rng, self.threads))
@@ -186,29 +228,43 @@ class BlockStore(Store):
         inp = np.concatenate([m[0] for m in made]) if made else np.zeros(0, np.int32)
         out = np.concatenate([m[1] for m in made]) if made else np.zeros(0, np.int32)
         compute = time.perf_counter() - t0
+        self.land(pending)
         got = self.route(inp, out)
         t1 = time.perf_counter()
         inp, out = np.empty(len(got), np.int32), np.empty(len(got), np.int32)
-        starts = partition(got[:, 0], got[:, 1], self.slot_block, True, self.comm.size, inp, out, self.threads)
+        starts = partition(got[:, 0], got[:, 1], self.slot_group, True, p * parts, inp, out, self.threads)
         inp, out = self.row_of[inp], self.within[out]       # rows of the input block, of the held block
         compute += time.perf_counter() - t1
         loss, examples, trained = 0.0, 0, 0.0
         # global words of the pass: every rank trains about as many as this one (work.scale)
-        span = args.words_scale * words / self.comm.size
-        for k, shift in enumerate(ring_shifts(self.seed, int(args.words_done), self.comm.size)):
-            self.move_to(int(shift))
-            j = held_block(self.comm.rank, int(shift), self.comm.size)
-            a, b = starts[j], starts[j + 1]
-            t2 = time.perf_counter()
-            l_, n = train_bucket(Params(self.w_in, self.out_rows, *self.touched), inp[a:b], out[a:b],
-                                 self.noise_of(j, args),
-                                 Span(args.lr0, args.lr_min, args.words_done + span * k, span, args.words_total),
-                                 rng, self.threads)
-            compute += time.perf_counter() - t2
-            loss, examples = loss + l_, examples + n
+        span = args.words_scale * words / p
+        pending, pending_piece = None, -1
+        for k, shift in enumerate(shifts):
+            if k > 0:               # the block the last step's hand-offs bring
+                self.out_rows, self.spare, self.held = self.spare, self.out_rows, shift
+            j = held_block(rank, shift, p)
+            a, b = starts[j * parts], starts[(j + 1) * parts]
+            for h in range(parts):
+                if pending_piece == h:          # this piece is still on its way
+                    self.land(pending)
+                    pending, pending_piece = None, -1
+                lo, hi = starts[j * parts + h], starts[j * parts + h + 1]
+                t2 = time.perf_counter()
+                l_, n = train_bucket(Params(self.w_in, self.out_rows, *self.touched), inp[lo:hi], out[lo:hi],
+                                     self.noise_of(j * parts + h, args),
+                                     Span(args.lr0, args.lr_min, args.words_done + span * (k + (lo - a) / max(b - a, 1)),
+                                          span * ((hi - lo) / max(b - a, 1)) if parts > 1 else span,
+                                          args.words_total),
+                                     rng, self.threads)
+                compute += time.perf_counter() - t2
+                loss, examples = loss + l_, examples + n
+                if k + 1 < p:               # hand this piece on while the next one trains
+                    self.land(pending)
+                    pending, pending_piece = self.launch(self.piece_job(shift, shifts[k + 1], h)), h
             if on_piece is not None:
-                on_piece(words * (k + 1) // self.comm.size - int(trained))
-                trained = words * (k + 1) // self.comm.size
+                on_piece(words * (k + 1) // p - int(trained))
+                trained = words * (k + 1) // p
+        self.land(pending)
         self.pairs += examples
         self.biggest = self.probe()
         return Trained(words, loss, examples, compute)
@@ -223,57 +279,98 @@ class BlockStore(Store):
         self.route_bytes += sent()
         return got
 
-    def move_to(self, shift: int) -> None:
-        """Hand the held output block on and take the one held at ``shift`` (the ring step):
-        one message each way."""
-        p, rank = self.comm.size, self.comm.rank
-        if self.held == shift or p == 1:
-            self.held = shift
+    # ---------------------------------------------------------------- the ring's hand-offs
+    def launch(self, job: Callable[[], None]):
+        """Start a hand-off: in the ring thread (--ring-overlap), else here and now. Returns
+        what :meth:`land` takes."""
+        def timed():
+            c = self.ring.stats
+            b, s, k, t = c.bytes_sent, c.seconds, c.steps, time.perf_counter()
+            job()
+            return c.bytes_sent - b, c.seconds - s, c.steps - k, time.perf_counter() - t
+
+        if self._pool is None:
+            return timed()
+        return self._pool.submit(timed)
+
+    def land(self, pending) -> None:
+        """Wait for a hand-off :meth:`launch` started (None: none) and count it: its bytes and
+        latency steps, and as the store's seconds the time this rank waited for it (an error
+        in the ring thread is raised here)."""
+        if pending is None:
             return
-        with self.accounted() as sent:
-            self.hand_on(*handoff(rank, self.held, shift, p), held_block(rank, self.held, p),
-                         held_block(rank, shift, p))
-        self.held = shift
-        self.ring_bytes += sent()
+        t = time.perf_counter()
+        sent, comm_s, steps, busy = pending if isinstance(pending, tuple) else pending.result()
+        waited = busy if isinstance(pending, tuple) else time.perf_counter() - t
+        st = self.stats
+        st.bytes_sent += sent
+        st.steps += steps
+        st.seconds += waited
+        st.comm_seconds += min(comm_s, waited)
+        self.ring_bytes += sent
+        self.ring_hidden_s += max(0.0, busy - waited)
 
-    def hand_on(self, dest: int, source: int, mine: int, theirs: int) -> None:
-        """Send the held block ``mine`` to ``dest`` while receiving block ``theirs`` from
-        ``source`` into the receive buffer, which then is the held block's."""
-        n, m = self.size(mine), self.size(theirs)
-        rows = self.spare[:m]
+    def move_job(self, shift: int) -> Callable[[], None]:
+        """The hand-off of the whole held block, taking the one held at ``shift`` (a pass's
+        first step; one message each way)."""
+        p, rank, before = self.comm.size, self.comm.rank, self.held
+        src, dst = self.out_rows, self.spare
+        mine, theirs = held_block(rank, before, p), held_block(rank, shift, p)
+        dest, source = handoff(rank, before, shift, p)
+
+        def job() -> None:
+            self.send_rows(src, mine, (0, self.size(mine)), dst, (0, self.size(theirs)), (dest, source))
+            self.out_rows, self.spare, self.held = dst, src, shift
+
+        return job
+
+    def piece_job(self, before: int, after: int, h: int) -> Callable[[], None]:
+        """The hand-off of piece ``h`` of the block held at shift ``before``, taking piece h of
+        the one held at ``after`` into the receive buffer (one message each way)."""
+        p, rank = self.comm.size, self.comm.rank
+        mine, theirs = held_block(rank, before, p), held_block(rank, after, p)
+        src, dst, peers = self.out_rows, self.spare, handoff(rank, before, after, p)
+        return lambda: self.send_rows(src, mine, self.piece_rows(mine, h), dst, self.piece_rows(theirs, h), peers)
+
+    def send_rows(self, src: np.ndarray, mine: int, sent: tuple[int, int], dst: np.ndarray, into: tuple[int, int],
+                  peers: tuple[int, int]) -> None:
+        """Send rows ``sent`` = [a, b) of block ``mine`` (held in ``src``) to rank peers[0]
+        while receiving rows ``into`` = [c, d) of the next block from rank peers[1] into
+        ``dst`` (on the ring's communicator; a lossy --wire encodes, with error feedback, and
+        decodes; in the ring thread on one thread, as the training has the rank's)."""
+        (a, b), (c, d), (dest, source) = sent, into, peers
+        threads = 1 if self._pool is not None else self.threads
         if self.wire == "fp32":
-            self.comm.sendrecv_(self.out_rows[:n], dest, rows, source)
-        else:
-            got = np.empty((m, row_bytes(self.wire, self.dim)), np.uint8)
-            self.comm.sendrecv_(self.encoded(mine), dest, got, source)
+            self.ring.sendrecv_(src[a:b], dest, dst[c:d], source)
+            return
+        got = np.empty((d - c, row_bytes(self.wire, self.dim)), np.uint8)
+        self.ring.sendrecv_(self.encoded(src, mine, a, b, threads), dest, got, source)
 
-            def unpack(a: int, b: int) -> None:
-                rows[a:b] = decode(got[a:b], self.wire, self.dim)
+        def unpack(x: int, y: int) -> None:
+            dst[c + x:c + y] = decode(got[x:y], self.wire, self.dim)
 
-            self.by_rows(m, unpack)
-        self.out_rows, self.spare = self.spare, self.out_rows
+        self.by_rows(d - c, unpack, threads)
 
-    def encoded(self, b: int) -> np.ndarray:
-        """The held block ``b`` as a lossy --wire sends it, by row ranges on the rank's
-        threads; what rounding left out is kept and added the next time this rank sends the
-        block (error feedback)."""
-        n = self.size(b)
-        if self.residual[b] is None:
-            self.residual[b] = np.zeros((n, self.dim), np.float32)
-        residual, data = self.residual[b], np.empty((n, row_bytes(self.wire, self.dim)), np.uint8)
+    def encoded(self, src: np.ndarray, blk: int, a: int, b: int, threads: int) -> np.ndarray:
+        """Rows [a, b) of block ``blk`` (held in ``src``) as a lossy --wire sends them, by row
+        ranges; what rounding left out is kept and added the next time this rank sends those
+        rows (error feedback)."""
+        if self.residual[blk] is None:
+            self.residual[blk] = np.zeros((self.size(blk), self.dim), np.float32)
+        residual, data = self.residual[blk][a:b], np.empty((b - a, row_bytes(self.wire, self.dim)), np.uint8)
 
-        def work(a: int, c: int) -> None:
-            rows = self.out_rows[a:c] + residual[a:c]
-            data[a:c] = encode(rows, self.wire)
-            residual[a:c] = rows - decode(data[a:c], self.wire, self.dim)
+        def work(x: int, y: int) -> None:
+            rows = src[a + x:a + y] + residual[x:y]
+            data[x:y] = encode(rows, self.wire)
+            residual[x:y] = rows - decode(data[x:y], self.wire, self.dim)
 
-        self.by_rows(n, work)
+        self.by_rows(b - a, work, threads)
         return data
 
-    def by_rows(self, n: int, work) -> None:
+    def by_rows(self, n: int, work, threads: int | None = None) -> None:
         """``work(a, b)`` over row ranges covering [0, n), one per thread (one range below
         1,024 rows)."""
-        threads = self.threads if n >= 1024 else 1
+        threads = (self.threads if threads is None else threads) if n >= 1024 else 1
         cuts = np.linspace(0, n, threads + 1).astype(np.int64)
         by_threads(lambda t: work(int(cuts[t]), int(cuts[t + 1])), threads)
 
@@ -312,29 +409,24 @@ class BlockStore(Store):
 
     def to_root(self, output: bool) -> np.ndarray | None:
         """Rank 0: the whole input matrix (``output``: the output matrix) in word order, made
-        of every rank's input block (held output block), received one rank after another
-        (one message each) into it; None on the other ranks."""
+        of every rank's input block (held output block), gathered in one Gatherv and put in
+        word order in place (kernels.pairs.place_rows: no second V x d); None on the other
+        ranks."""
         p, rank = self.comm.size, self.comm.rank
 
-        def block_at(r: int) -> int:
-            return held_block(r, self.held, p) if output else r
+        def block_at(r: int) -> np.ndarray:       # the words of rank r's rows, in their order
+            return self.out_block(held_block(r, self.held, p)) if output else self.block(r)
 
-        mine = self.out_rows[:self.size(block_at(rank))] if output else self.w_in
-        with self.accounted():          # the unpacking counts as the store's array work
-            if not self.comm.is_root:
-                self.comm.sendrecv_(mine, 0, np.empty((0, self.dim), np.float32), 0)
-                return None
-            whole = np.empty((self.vocab, self.dim), np.float32)
-            whole[self.block(block_at(0))] = mine
-            for r in range(1, p):
-                got = self.spare[:self.size(block_at(r))]
-                self.comm.sendrecv_(np.empty((0, self.dim), np.float32), r, got, r)
-                whole[self.block(block_at(r))] = got
+        mine = self.out_rows[:len(block_at(rank))] if output else self.w_in
+        with self.accounted():          # the reordering counts as the store's array work
+            whole = self.comm.gatherv_rows(mine, [len(block_at(r)) for r in range(p)])
+            if whole is not None and p > 1:
+                place_rows(whole, np.concatenate([block_at(r) for r in range(p)]).astype(np.int64))
         return whole
 
     def save_exact(self, directory: str, round_: int) -> None:
         """A stop checkpoint drops the lossy ring's residuals (as every checkpoint does);
-        each rank keeps them beside it (V x d in block order), so a resume on as many ranks
+        each rank keeps them beside it (V x d in word order), so a resume on as many ranks
         goes on exactly."""
         if self.residual is not None:
             from ..io import rankstate
@@ -342,9 +434,9 @@ class BlockStore(Store):
             every = np.zeros((self.vocab, self.dim), np.float32)
             for b, residual in enumerate(self.residual):
                 if residual is not None:
-                    every[slice(*self.span(b))] = residual
+                    every[self.out_block(b)] = residual
             self.comm.agree(rankstate.save_rank_state, directory, round_, self.comm.rank, self.comm.size,
-                            {"ring_residual": every})
+                            {RESIDUAL_KEY: every})
 
     def restore_exact(self, directory: str, round_: int) -> bool:
         if self.residual is None:
@@ -353,15 +445,15 @@ class BlockStore(Store):
 
         try:
             state = rankstate.load_rank_state(directory, round_, self.comm.rank, self.comm.size)
-            if state is not None and state.get("ring_residual", np.zeros(0)).shape != (self.vocab, self.dim):
+            if state is not None and state.get(RESIDUAL_KEY, np.zeros(0)).shape != (self.vocab, self.dim):
                 raise InputError(f"the rank state of round {round_} does not fit this run's ring")
         except InputError as e:
             print(f"warning: {e}; resuming from the checkpoint (not bit-identical)", flush=True)
             state = None
         if self.comm.allreduce_scalar(float(state is not None), "min") == 0:
             return False
-        every = state["ring_residual"]
-        self.residual = [np.array(every[slice(*self.span(b))], np.float32) for b in range(self.comm.size)]
+        every = state[RESIDUAL_KEY]
+        self.residual = [np.array(every[self.out_block(b)], np.float32) for b in range(self.comm.size)]
         return True
 
     def host(self) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +501,17 @@ class BlockStore(Store):
         held, residual = self.param_bytes()
         return {"block_pairs": int(self.pairs), "block_route_bytes": int(self.route_bytes),
                 "block_ring_bytes": int(self.ring_bytes), "block_param_bytes": held,
-                "block_residual_bytes": residual}
+                "block_residual_bytes": residual, "block_ring_hidden_seconds": round(self.ring_hidden_s, 4)}
 
     def settings(self) -> dict:
-        return {"blocks": self.comm.size, "block_wire": self.wire}
+        return {"blocks": self.comm.size, "block_wire": self.wire, "block_pieces": self.ring_pieces}
+
+    def extra_comm_bytes(self) -> int:
+        """The ring thread's bytes (--ring-overlap), sent on a communicator of its own."""
+        return self.ring.stats.bytes_sent if self.ring is not self.comm else 0
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+            self.ring.free()

@@ -332,17 +332,21 @@ class Comm:
         self.stats.add(out.nbytes - arr.nbytes, time.perf_counter() - t, latency_steps("allgather", self.size, out.nbytes))
         return out
 
-    def gather_array(self, arr: np.ndarray, root: int = 0) -> np.ndarray | None:
-        """Every rank's equally shaped ``arr``, stacked in rank order on ``root`` ([P,
-        *arr.shape]); None on the other ranks."""
+    def gatherv_rows(self, arr: np.ndarray, counts, root: int = 0) -> np.ndarray | None:
+        """Every rank's rows (rank r's ``arr`` has ``counts[r]``) stacked in rank order on
+        ``root``, None elsewhere: one Gatherv, a tree's latency steps."""
         if self._comm is None:
-            return arr[None].copy()
-        t = time.perf_counter()
-        out = np.empty((self.size,) + arr.shape, dtype=arr.dtype) if self.rank == root else None
-        self._comm.Gather(np.ascontiguousarray(arr), out, root=root)
-        self.stats.add(0 if self.rank == root else arr.nbytes, time.perf_counter() - t,
-                       latency_steps("tree", self.size))
-        return out
+            return arr.copy()
+        from mpi4py import MPI
+
+        t, recv = time.perf_counter(), None
+        items = np.asarray(counts, dtype=np.int64) * int(np.prod(arr.shape[1:], dtype=np.int64))
+        if self.rank == root:
+            out = np.empty((int(np.sum(counts)),) + arr.shape[1:], dtype=arr.dtype)
+            recv = [out, (items, np.concatenate(([0], np.cumsum(items)[:-1]))), MPI._typedict[arr.dtype.char]]
+        self._comm.Gatherv(np.ascontiguousarray(arr), recv, root=root)
+        self.stats.add(0 if recv else arr.nbytes, time.perf_counter() - t, latency_steps("tree", self.size))
+        return recv[0] if recv else None
 
     def alltoallv(self, send: np.ndarray, send_counts: np.ndarray,
                   recv_counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

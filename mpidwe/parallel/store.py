@@ -71,6 +71,7 @@ class StoreSetup:
     threads: int = 1               # the rank's threads (the kernel's, and the sync's array work)
     tiers: dict | None = None      # the plan's sync_tiers (full, hot, wire); None: every row at every sync
     counts: np.ndarray | None = None   # the vocabulary's counts (the block store splits the vocabulary by them)
+    ring_pieces: int = 1           # the block store: pieces an output block travels in (--ring-overlap: 2)
 
 
 @dataclass

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.config import (MIN_SYNC_EVERY, TrainConfig, block_wire, scheduled_tiers, store_of, tiers_of, to_dict,
-                           wire_of)
+from ..core.blocks import block_wire, ring_pieces
+from ..core.config import MIN_SYNC_EVERY, TrainConfig, scheduled_tiers, store_of, tiers_of, to_dict, wire_of
 from ..core.errors import ConfigError
 from ..core.huffman import build_tree
 from ..core.vocab import keep_probabilities
@@ -419,7 +419,8 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
                     compute_choice=compute.why, store_choice=store_choice,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale, sync_tiers=tiers,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
-                    **({"block_wire": block_wire(cfg, comm.size)} if cfg.store == "blocks" else {}),
+                    **({"block_wire": block_wire(cfg, comm.size),
+                        "ring_pieces": ring_pieces(cfg.ring_overlap, comm.size, sync_every)} if cfg.store == "blocks" else {}),
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__, **sharded)
     own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
     return Plan(device, kernel, threads, shard, rounds, round_targets(own, rounds), words_total, scale, resolved,

@@ -49,7 +49,7 @@ RESUME_TORCH_MUST_MATCH = ("batch_size",)
 
 # what a checkpoint written before an option existed ran with
 RESUME_DEFAULTS = {"segments": "all", "loss": "ns", "subwords": False, "minn": 3, "maxn": 6, "buckets": 2_000_000,
-                   "wire_feedback": "off", "sync_schedule": "geometric"}
+                   "wire_feedback": "off", "sync_schedule": "geometric", "ring_overlap": "off"}
 
 
 # what a resumed run takes from its checkpoint when the user does not give it (gensim's
@@ -62,7 +62,7 @@ RESUME_ADOPTS = RESUME_MUST_MATCH + RESUME_TORCH_MUST_MATCH + RESUME_MAY_CHANGE 
     "corpus", "epochs", "store", "pipeline", "allreduce", "guard_loss_ratio", "guard_max_abs",
     "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "export", "eval_every", "eval_sim",
     "eval_analogy", "eval_pip", "eval_restrict_vocab", "sync_full", "sync_hot", "sync_schedule", "wire",
-    "wire_feedback", "overlap",
+    "wire_feedback", "overlap", "ring_overlap",
     "sync_seconds")
 
 

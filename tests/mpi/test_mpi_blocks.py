@@ -7,7 +7,7 @@ resumes exactly, and on another rank count."""
 import numpy as np
 import pytest
 
-from mpidwe.core.blocks import block_members, block_noise_tables, held_block, ring_shifts, snake_blocks
+from mpidwe.core.blocks import block_noise_tables, held_block, piece_members, ring_shifts, snake_blocks, snake_pieces
 from mpidwe.core.config import TrainConfig
 from mpidwe.io import checkpoint
 from mpidwe.kernels.args import KernelArgs
@@ -37,13 +37,13 @@ def corpus_of(rank: int, rnd: int) -> list:
     return pieces
 
 
-def setup_of(p: int):
+def setup_of(p: int, pieces: int = 1):
     counts = np.bincount(np.concatenate([t for r in range(p) for k in range(ROUNDS) for t, _ in corpus_of(r, k)]),
                          minlength=V).astype(np.int64) + 1
     cfg = TrainConfig(store="blocks", seed=3, dim=DIM, threads=1)
     args = KernelArgs(keep_prob=np.full(V, 0.9, np.float32), neg_table=np.zeros((V, 2), np.uint32),
                       words_total=1e5, window=3, negative=4, lr0=0.05, lr_min=1e-4, shared_negatives=True)
-    return counts, StoreSetup(cfg, 1, "cpu", V, 1, None, counts), args
+    return counts, StoreSetup(cfg, 1, "cpu", V, 1, None, counts, pieces), args
 
 
 def start_params():
@@ -51,12 +51,15 @@ def start_params():
     return rng.uniform(-0.5, 0.5, (V, DIM)).astype(np.float32) / DIM, np.zeros((V, DIM), np.float32)
 
 
-def replay(p: int, counts, args) -> tuple[np.ndarray, np.ndarray, int]:
+def replay(p: int, counts, args, pieces: int = 1) -> tuple[np.ndarray, np.ndarray, int]:
     """What P ranks compute, one rank after another in one process, written out plainly:
-    each rank's pairs, routed in sender order, bucketed by output block, P ring steps."""
+    each rank's pairs, routed in sender order, bucketed by output block, P ring steps, each
+    a bucket's pieces one after another (noise words from the piece; one piece: the block)."""
     w_in, w_out = start_params()
     block_of = snake_blocks(counts, p)
-    members, offsets = block_members(block_of, p)
+    pieces = pieces if p > 1 else 1
+    piece_of = snake_pieces(counts, block_of, pieces)
+    members, offsets = piece_members(block_of, piece_of, p, pieces)
     noise = block_noise_tables(counts, members, offsets)
     rngs = [np.array([1000 + r], np.uint64) for r in range(p)]
     rows = Params(w_in, w_out, np.zeros(V, np.uint8), np.zeros(V, np.uint8))
@@ -81,21 +84,31 @@ def replay(p: int, counts, args) -> tuple[np.ndarray, np.ndarray, int]:
             for r in range(p):
                 j = held_block(r, int(shift), p)
                 i, o = got[r]
-                sel = block_of[o] == j
-                span = p * words[r] / p
-                _, n = train_bucket(rows, i[sel], o[sel], Noise(noise, members, int(offsets[j]),
-                                                                 int(offsets[j + 1] - offsets[j]), args.negative,
-                                                                 args.shared_negatives, 2 * args.window),
-                                    Span(args.lr0, args.lr_min, done + span * k, span, args.words_total), rngs[r], 1)
-                pairs += n
+                bucket = int((block_of[o] == j).sum())
+                before = 0
+                for h in range(pieces):
+                    sel = (block_of[o] == j) & (piece_of[o] == h)
+                    g, n_h = j * pieces + h, int(sel.sum())
+                    span = p * words[r] / p
+                    _, n = train_bucket(rows, i[sel], o[sel], Noise(noise, members, int(offsets[g]),
+                                                                     int(offsets[g + 1] - offsets[g]), args.negative,
+                                                                     args.shared_negatives, 2 * args.window),
+                                        Span(args.lr0, args.lr_min, done + span * (k + before / max(bucket, 1)),
+                                             span * (n_h / max(bucket, 1)) if pieces > 1 else span,
+                                             args.words_total), rngs[r], 1)
+                    pairs += n
+                    before += n_h
         done += sum(words.values())
     return w_in, w_out, pairs
 
 
 @pytest.mark.parallel([1, 2, 3, 4])
-def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
+@pytest.mark.parametrize("ring_pieces", [1, 2])
+def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp, ring_pieces):
+    """Also with --ring-overlap's halves, which travel from a thread of their own while the
+    other half trains: the same bits as the plain replay, whatever the timing."""
     comm = Comm.world()
-    counts, setup, args = setup_of(comm.size)
+    counts, setup, args = setup_of(comm.size, ring_pieces)
     w_in, w_out = start_params()
     store = BlockStore(comm, w_in, w_out, setup)
     rng = np.array([1000 + comm.rank], np.uint64)
@@ -106,6 +119,7 @@ def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
         assert trained.words == sum(len(t) for t, _ in pieces)
         assert np.isfinite(store.sync(rnd))
         done += comm.allreduce_scalar(trained.words)
+    trained_steps = store.stats.steps       # the routing's and the ring's latency steps
     # memory: the rank's input block, the held output block and one receive buffer (about
     # 3 V d / P floats), never a V x d matrix while it trains
     arrays = [v for v in vars(store).values() if isinstance(v, np.ndarray) and v.dtype == np.float32]
@@ -117,7 +131,7 @@ def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
         assert held <= (3 * V / comm.size + 3) * DIM * 4 < 2 * V * DIM * 4
         w_in[:] = w_out[:] = np.nan   # the store trains its own copies of its rows (one rank: the arrays it was given)
     rows = store.rows(None)       # rank 0's whole input matrix: what evaluation and the export read
-    want_in, want_out, want_pairs = replay(comm.size, counts, args)
+    want_in, want_out, want_pairs = replay(comm.size, counts, args, ring_pieces)
     assert comm.allreduce_scalar(store.pairs) == want_pairs > 0
     if comm.is_root:
         np.testing.assert_array_equal(rows, want_in)
@@ -126,9 +140,16 @@ def test_the_ring_trains_what_a_replay_of_the_ranks_trains(job_tmp):
     got_in, got_out = store.host()     # every rank gets the whole model: what a run returns
     np.testing.assert_array_equal(got_in, want_in)
     np.testing.assert_array_equal(got_out, want_out)
-    # one message each way per ring step that moves a block, plus the routing all-to-all
+    # one message each way per ring step that moves a block (halves: two, but the first
+    # of a pass), plus the routing all-to-all; halves travel from the ring thread
     report = store.report()
     assert (report["block_ring_bytes"] > 0) == (comm.size > 1)
+    assert store.settings()["block_pieces"] == (ring_pieces if comm.size > 1 else 1)
+    assert (store._pool is not None) == (ring_pieces > 1 and comm.size > 1)
+    if comm.size > 1:
+        ring = 2 * (comm.size - 1) + 1 if ring_pieces > 1 else comm.size
+        assert trained_steps == ROUNDS * (ring + comm.size - 1 + (comm.size - 1).bit_length())
+    store.close()
     assert store.stats.bytes_sent == report["block_ring_bytes"] + report["block_route_bytes"] + \
         (store.stats.bytes_sent - report["block_ring_bytes"] - report["block_route_bytes"])
 
@@ -181,17 +202,19 @@ def test_a_block_run_resumes_on_another_rank_count(demo, job_tmp):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parallel(3)
-@pytest.mark.parametrize("wire", ["bf16", "int8"])
-def test_a_lossy_ring_keeps_what_it_rounds_away_and_resumes_exactly(demo, job_tmp, wire):
+@pytest.mark.parametrize("wire,overlap", [("bf16", "off"), ("int8", "off"), ("int8", "on")])
+def test_a_lossy_ring_keeps_what_it_rounds_away_and_resumes_exactly(demo, job_tmp, wire, overlap):
+    """Also in halves (--ring-overlap on), which keep the residuals of each half."""
     comm = Comm.world()
-    flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2", "--wire", wire,
-             "--checkpoint-every", "150000")
+    flags = ("--store", "blocks", "--dim", "16", "--sync-every", "20000", "--epochs", "2", "--ring-overlap", overlap,
+             "--wire", wire, "--checkpoint-every", "150000")
     exact, _ = train_here(comm, demo, job_tmp / "fp32", "auto", *flags[:-4], "--checkpoint-every", "150000")
     whole, res = train_here(comm, demo, job_tmp / "whole", "auto", *flags)
     assert whole != exact                      # the encoding rounds ...
     if comm.is_root:
         ring = res.metrics[-1]["block_ring_bytes"]
         assert res.metrics[-1]["block_wire"] == wire
+        assert res.metrics[-1]["block_pieces"] == (2 if overlap == "on" else 1) == res.config["ring_pieces"]
         fp32 = train_bytes(job_tmp / "fp32")
         assert ring[0] < 0.6 * fp32[0]         # ... and sends about half (bf16) or a quarter (int8)
         ck = checkpoint.load(str(sorted((job_tmp / "whole" / "checkpoints").glob("ckpt-*.h5"))[-1]))

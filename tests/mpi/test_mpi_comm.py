@@ -104,6 +104,18 @@ def test_allgather_array_stacks_equal_blocks_in_rank_order(comm):
 
 
 @on_every_job
+def test_gatherv_rows_stacks_uneven_blocks_in_rank_order_on_the_root(comm):
+    counts = [r % 3 for r in range(comm.size)]        # rank 0 and every third send none
+    got = comm.gatherv_rows(np.full((counts[comm.rank], 2), comm.rank, dtype=np.float32), counts)
+    if comm.is_root:
+        assert np.array_equal(got, np.repeat(np.arange(comm.size), counts)[:, None] * np.ones((1, 2), np.float32))
+        assert comm.stats.bytes_sent == 0
+    else:
+        assert got is None and comm.stats.bytes_sent == counts[comm.rank] * 2 * 4
+    assert comm.stats.steps == (comm.size - 1).bit_length()
+
+
+@on_every_job
 def test_every_collective_counts_its_latency_steps(comm):
     """The steps the cluster model charges (benchmarks/scaling_perword.py) are the sum of
     each collective's rounds, counted where it is made."""
