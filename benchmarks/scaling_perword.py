@@ -23,6 +23,11 @@ divided among them at the threads' efficiency. Per word of one node, with no ove
 
     compute 1 / (T e r) + array a / (A e r) + network b / B + latency s x 2 (P - 1) alpha
 
+The block store with ``--ring-overlap`` (its metrics say ``block_pieces`` 2) sends one half
+of an output block while the other half trains, so its ring bytes (``block_ring_bytes``) count
+only where they take longer than the compute they hide behind:
+network = (b - ring) / B + max(0, ring / B - compute).
+
 (B: bandwidth per node; alpha = 20 us per latency step, as benchmarks/scaling.py, or
 ``--alpha-us``: an assumption, the largest term at 32 nodes, so the script can show how the
 prediction moves with it; ``--breakdown`` prints each term in ns per word). The
@@ -55,7 +60,8 @@ def last(run: str) -> dict:
 def flags(run: str) -> str:
     cfg = json.loads(Path(run, "config.json").read_text())
     if cfg.get("store") == "blocks":      # one pass of the ring a round
-        return f"blocks, passes of {cfg['sync_every']:,} words per rank, {cfg.get('block_wire', 'fp32')}"
+        halves = ", halves overlapped" if cfg.get("ring_pieces", 1) > 1 else ""
+        return f"blocks, passes of {cfg['sync_every']:,} words per rank, {cfg.get('block_wire', 'fp32')}{halves}"
     parts = [f"sync {cfg['sync']}", f"every {cfg['sync_every']:,}"]
     tiers = cfg.get("sync_tiers")       # as run (--sync-full 0, auto, resolved); older runs: the flags
     if tiers:
@@ -77,6 +83,9 @@ def costs(run: str) -> dict:
             "s": mean([rec["syncs"] / w for w in rec["words_rank"]]),
             "steps": None if steps is None else mean([steps / w for w in rec["words_rank"]]),
             "a": mean([a / c for a, c in zip(rec["sync_array_seconds"], rec["compute_seconds"])]),
+            # --ring-overlap: the ring's bytes, which travel while the other half trains
+            "ring": mean([b / w for b, w in zip(rec["block_ring_bytes"], rec["words_rank"])])
+            if rec.get("block_pieces", 1) > 1 else 0.0,
             "eval": rec.get("eval", {}), "flags": flags(run)}
 
 
@@ -86,7 +95,9 @@ def terms(c: dict, r: float, threads: int, e: float, gbits: float, array_threads
     its latency (the model above)."""
     array = c["a"] / r if array_threads == 1 else c["a"] / (min(array_threads, threads) * e * r)
     steps = c["steps"] if c["steps"] is not None else c["s"] * 2 * (c["P"] - 1)      # per word
-    return {"compute": 1 / (threads * e * r), "array": array, "network": c["b"] / (gbits * 1e9 / 8),
+    compute, bandwidth, ring = 1 / (threads * e * r), gbits * 1e9 / 8, c.get("ring", 0.0)
+    return {"compute": compute, "array": array,
+            "network": (c["b"] - ring) / bandwidth + max(0.0, ring / bandwidth - compute),
             "latency": steps * alpha}
 
 

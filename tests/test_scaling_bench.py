@@ -36,3 +36,13 @@ def test_alpha_scales_only_the_latency_and_old_runs_assume_two_steps_per_peer():
     assert old["latency"] == pytest.approx(130e-6 * 2 * 31 * 20e-6)
     one = model.terms(cost(), r, 16, e, 25, 1)              # the array work on one core, not threaded
     assert one["array"] == pytest.approx(0.12 / r)
+
+
+def test_an_overlapped_ring_costs_only_the_bytes_its_compute_does_not_hide():
+    r, e = 958_887, 0.534
+    plain = model.terms(cost(b=58.0), r, 16, e, 25, 16)
+    hidden = model.terms({**cost(b=58.0), "ring": 30.0}, r, 16, e, 25, 16)
+    assert hidden["network"] == pytest.approx(28.0 * 8 / 25e9)                  # 30 bytes hidden
+    assert plain["network"] == pytest.approx(58.0 * 8 / 25e9)
+    slow = model.terms({**cost(b=58.0), "ring": 30.0}, r, 16, e, 0.5, 16)     # 0.5 Gb/s: 480 ns of ring
+    assert slow["network"] == pytest.approx(28.0 * 8 / 0.5e9 + 30.0 * 8 / 0.5e9 - slow["compute"])

@@ -100,6 +100,8 @@ def scatter_blocks(comm: Comm, whole: np.ndarray | None, members: np.ndarray, of
 # the rank-state key of the lossy ring's residuals (word order; the key of the block order
 # they had before the pieces of --ring-overlap is not read: such a resume is not exact)
 RESIDUAL_KEY = "ring_residual_by_word"
+# how an int8 or int4 ring keeps its residuals (BlockStore.encoded)
+CARRY_WIRE = "int8"
 
 
 class BlockStore(Store):
@@ -354,15 +356,24 @@ class BlockStore(Store):
     def encoded(self, src: np.ndarray, blk: int, a: int, b: int, threads: int) -> np.ndarray:
         """Rows [a, b) of block ``blk`` (held in ``src``) as a lossy --wire sends them, by row
         ranges; what rounding left out is kept and added the next time this rank sends those
-        rows (error feedback)."""
+        rows (error feedback). An int8 or int4 wire keeps it as int8 rows itself
+        (:data:`CARRY_WIRE`: a quarter of float32's memory; what that rounding leaves out, at
+        most 1/254 of what the wire's did, is dropped), bf16 as float32."""
+        carry = self.wire in ("int8", "int4")
         if self.residual[blk] is None:
-            self.residual[blk] = np.zeros((self.size(blk), self.dim), np.float32)
+            width = row_bytes(CARRY_WIRE, self.dim) if carry else self.dim
+            self.residual[blk] = np.zeros((self.size(blk), width), np.uint8 if carry else np.float32)
         residual, data = self.residual[blk][a:b], np.empty((b - a, row_bytes(self.wire, self.dim)), np.uint8)
 
         def work(x: int, y: int) -> None:
-            rows = src[a + x:a + y] + residual[x:y]
-            data[x:y] = encode(rows, self.wire)
-            residual[x:y] = rows - decode(data[x:y], self.wire, self.dim)
+            if carry:           # the wire's kernel adds what it carries and leaves what it rounds away
+                left = decode(residual[x:y], CARRY_WIRE, self.dim)
+                data[x:y] = encode(src[a + x:a + y], self.wire, feedback=(left, np.ones(y - x, np.uint8)))
+                residual[x:y] = encode(left, CARRY_WIRE)
+            else:
+                rows = src[a + x:a + y] + residual[x:y]
+                data[x:y] = encode(rows, self.wire)
+                residual[x:y] = rows - decode(data[x:y], self.wire, self.dim)
 
         self.by_rows(b - a, work, threads)
         return data
@@ -431,21 +442,29 @@ class BlockStore(Store):
         if self.residual is not None:
             from ..io import rankstate
 
-            every = np.zeros((self.vocab, self.dim), np.float32)
+            width, kind = self.residual_row()
+            every = np.zeros((self.vocab, width), kind)
             for b, residual in enumerate(self.residual):
                 if residual is not None:
                     every[self.out_block(b)] = residual
             self.comm.agree(rankstate.save_rank_state, directory, round_, self.comm.rank, self.comm.size,
                             {RESIDUAL_KEY: every})
 
+    def residual_row(self) -> tuple:
+        """(width, dtype) of a residual row: int8 rows' bytes, or d float32 values (encoded)."""
+        carry = self.wire in ("int8", "int4")
+        return (row_bytes(CARRY_WIRE, self.dim), np.uint8) if carry else (self.dim, np.float32)
+
     def restore_exact(self, directory: str, round_: int) -> bool:
         if self.residual is None:
             return False
         from ..io import rankstate
 
+        width, kind = self.residual_row()
         try:
             state = rankstate.load_rank_state(directory, round_, self.comm.rank, self.comm.size)
-            if state is not None and state.get(RESIDUAL_KEY, np.zeros(0)).shape != (self.vocab, self.dim):
+            got = None if state is None else state.get(RESIDUAL_KEY, np.zeros(0))
+            if got is not None and (got.shape != (self.vocab, width) or got.dtype != kind):
                 raise InputError(f"the rank state of round {round_} does not fit this run's ring")
         except InputError as e:
             print(f"warning: {e}; resuming from the checkpoint (not bit-identical)", flush=True)
@@ -453,7 +472,7 @@ class BlockStore(Store):
         if self.comm.allreduce_scalar(float(state is not None), "min") == 0:
             return False
         every = state[RESIDUAL_KEY]
-        self.residual = [np.array(every[self.out_block(b)], np.float32) for b in range(self.comm.size)]
+        self.residual = [np.array(every[self.out_block(b)]) for b in range(self.comm.size)]
         return True
 
     def host(self) -> tuple[np.ndarray, np.ndarray]:
