@@ -43,8 +43,9 @@ def main() -> None:
     del w_in, w_out
     held_now, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    if store.residual is not None:
-        store.residual = [np.zeros((store.size(b), d), np.float32) for b in range(p)]
+    if store.residual is not None:          # as a pass leaves them: int8 rows for int8, float32 for bf16
+        width, kind = store.residual_row()
+        store.residual = [np.zeros((store.size(b), width), kind) for b in range(p)]
     rows, residual = store.param_bytes()
     print(json.dumps({"vocab": v, "dim": d, "ranks": p, "rank": a.rank, "wire": store.wire,
                       "start_peak_bytes": peak, "start_held_bytes": held_now, "block_param_bytes": rows,

@@ -161,7 +161,7 @@ class BlockStore(Store):
         self.stats = SyncStats()
         self.route_bytes = 0
         self.ring_bytes = 0
-        self.ring_hidden_s = 0.0      # seconds of hand-offs the ring thread hid behind training
+        self.ring_hidden_s = 0.0      # the hand-offs' communication seconds hidden behind training
         self.pairs = 0
 
     def lay_out(self, counts: np.ndarray, p: int) -> None:
@@ -297,20 +297,22 @@ class BlockStore(Store):
 
     def land(self, pending) -> None:
         """Wait for a hand-off :meth:`launch` started (None: none) and count it: its bytes and
-        latency steps, and as the store's seconds the time this rank waited for it (an error
+        latency steps; as the store's seconds its array work (encoding, decoding: a core's
+        time wherever it runs) and as communication only what this rank waited for (an error
         in the ring thread is raised here)."""
         if pending is None:
             return
         t = time.perf_counter()
         sent, comm_s, steps, busy = pending if isinstance(pending, tuple) else pending.result()
         waited = busy if isinstance(pending, tuple) else time.perf_counter() - t
+        exposed = min(comm_s, waited)
         st = self.stats
         st.bytes_sent += sent
         st.steps += steps
-        st.seconds += waited
-        st.comm_seconds += min(comm_s, waited)
+        st.seconds += max(0.0, busy - comm_s) + exposed
+        st.comm_seconds += exposed
         self.ring_bytes += sent
-        self.ring_hidden_s += max(0.0, busy - waited)
+        self.ring_hidden_s += comm_s - exposed
 
     def move_job(self, shift: int) -> Callable[[], None]:
         """The hand-off of the whole held block, taking the one held at ``shift`` (a pass's
