@@ -420,3 +420,26 @@ def test_the_lossy_ring_sends_what_it_rounded_away_later_keeping_int8_residuals(
     width, kind = store.residual_row()
     assert kept.dtype == kind and kept.shape == (rows, width)
     assert (width, kind) == ((row_bytes("int8", dim), np.uint8) if wire != "bf16" else (dim, np.float32))
+
+
+def test_the_int8_rings_one_pass_carry_is_the_three_passes_bit_for_bit():
+    """wire.encode_carried (the int8 ring's error feedback in int8 rows) gives the bits of
+    decoding the carried rows, encoding with feedback and encoding what was left, also for
+    rows of zeros, negative zeros and a NaN."""
+    from mpidwe.parallel.wire import decode, encode, encode_carried
+
+    n, d = 300, 16
+    rng = np.random.default_rng(5)
+    carry, want = np.zeros((n, d + 4), np.uint8), np.zeros((n, d + 4), np.uint8)
+    for step in range(6):
+        rows = rng.standard_normal((n, d)).astype(np.float32) * (10.0 ** -step)
+        rows[7] = 0.0
+        rows[8, ::2] = -0.0
+        if step == 3:
+            rows[9, 4] = np.nan
+        left = decode(want, "int8", d)
+        sent = encode(rows, "int8", feedback=(left, np.ones(n, np.uint8)))
+        want[:] = encode(left, "int8")
+        np.testing.assert_array_equal(encode_carried(rows, carry), sent)
+        np.testing.assert_array_equal(carry, want)
+    assert np.abs(decode(carry, "int8", d)).max() > 0

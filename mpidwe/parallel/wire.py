@@ -223,6 +223,51 @@ def _encode_int8_fed(rows, minus, scales, q, resid, mask):
         _keep_residual(resid, mask, i, r, levels, scales[i])
 
 
+def encode_carried(rows: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """int8 rows of ``rows`` plus ``carry`` (int8 rows too, uint8 [n, d + 4]: error feedback
+    kept in a quarter of float32's memory), and ``carry`` becomes, in int8 rows again, what
+    this encoding left out: the same bits as decoding ``carry``, encoding with feedback and
+    encoding the residual, in one pass (the block store's ring, parallel/blocks.py)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    n, d = rows.shape
+    out = np.empty((n, row_bytes("int8", d)), dtype=np.uint8)
+    scales, carry_scales = np.empty(n, np.float32), np.ascontiguousarray(carry[:, :4]).view(np.float32).reshape(n)
+    _encode_int8_carried(rows, scales, out[:, 4:].view(np.int8), carry_scales, carry[:, 4:].view(np.int8))
+    out[:, :4] = scales.view(np.uint8).reshape(n, 4)
+    carry[:, :4] = carry_scales.view(np.uint8).reshape(n, 4)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _int8_row(x, i, scales, q, cell):
+    """_encode_int8's row ``i`` of the float32 row ``x``."""
+    inv = _scale(x.view(np.uint32), i, 127.0, scales, cell)
+    if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
+        q[i][:] = 0
+        return
+    for j in range(x.shape[0]):
+        q[i][j] = np.int8(min(max(np.rint(x[j] * inv), np.float32(-127.0)), np.float32(127.0)))
+
+
+@njit(cache=True, nogil=True)
+def _encode_int8_carried(rows, scales, q, carry_scales, carry_q):
+    n, d = rows.shape
+    cell = np.empty(1, np.uint32)
+    x, left = np.empty(d, np.float32), np.empty(d, np.float32)
+    for i in range(n):
+        c, r, cq, qi = carry_scales[i], rows[i], carry_q[i], q[i]
+        for j in range(d):                  # decode's value of the carried residual, added
+            x[j] = r[j] + np.float32(cq[j]) * c
+        _int8_row(x, i, scales, q, cell)
+        s = scales[i]
+        if s != s:                          # _keep_residual's 0 where the row could not be held
+            left[:] = 0
+        else:
+            for j in range(d):
+                left[j] = x[j] - np.float32(qi[j]) * s
+        _int8_row(left, i, carry_scales, carry_q, cell)
+
+
 @njit(cache=True, nogil=True)
 def _decode_add_int8(q, scales, out):
     n, d = out.shape
