@@ -392,19 +392,21 @@ def test_place_rows_puts_every_row_where_the_permutation_says_in_place(n):
     np.testing.assert_array_equal(rows, want)
 
 
-@pytest.mark.parametrize("wire", ["int8", "int4", "bf16"])
-def test_the_lossy_ring_sends_what_it_rounded_away_later_keeping_int8_residuals(wire):
+@pytest.mark.parametrize("wire,vocab", [("int8", 10**7), ("int4", 10**7), ("bf16", 10**7), ("int8", 1000)])
+def test_the_lossy_ring_sends_what_it_rounded_away_later_keeping_int8_residuals(wire, vocab):
     """Error feedback: over many sends of the same rows, what arrives adds up to what was
     sent, within about one rounding step, not one per send. An int8 or int4 ring keeps its
-    residuals as int8 rows (a quarter of float32's memory), bf16 as float32."""
+    residuals as int8 rows (a quarter of float32's memory) where float32 ones would take 256
+    MB or more (a vocabulary of 10M words here), bf16 and smaller vocabularies as float32."""
     from types import SimpleNamespace
 
     from mpidwe.parallel.blocks import BlockStore
     from mpidwe.parallel.wire import decode, row_bytes
 
     rows, dim, sends = 6, 8, 400
-    store = SimpleNamespace(wire=wire, dim=dim, threads=1, residual=[None], size=lambda b: rows)
+    store = SimpleNamespace(wire=wire, dim=dim, vocab=vocab, threads=1, residual=[None], size=lambda b: rows)
     store.by_rows = lambda n, work, threads=None: BlockStore.by_rows(store, n, work, threads)
+    store.carries_int8 = lambda: BlockStore.carries_int8(store)
     store.residual_row = lambda: BlockStore.residual_row(store)
     held = np.random.default_rng(3).uniform(-1, 1, (rows, dim)).astype(np.float32)
     held[:, 0] = 1.27                   # row scale 0.01 (int8): the others fall between the levels
@@ -419,7 +421,8 @@ def test_the_lossy_ring_sends_what_it_rounded_away_later_keeping_int8_residuals(
     kept = store.residual[0]
     width, kind = store.residual_row()
     assert kept.dtype == kind and kept.shape == (rows, width)
-    assert (width, kind) == ((row_bytes("int8", dim), np.uint8) if wire != "bf16" else (dim, np.float32))
+    int8 = wire != "bf16" and vocab * dim * 4 >= 256 * 2 ** 20
+    assert (width, kind) == ((row_bytes("int8", dim), np.uint8) if int8 else (dim, np.float32))
 
 
 def test_the_int8_rings_one_pass_carry_is_the_three_passes_bit_for_bit():

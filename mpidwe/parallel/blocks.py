@@ -100,8 +100,11 @@ def scatter_blocks(comm: Comm, whole: np.ndarray | None, members: np.ndarray, of
 # the rank-state key of the lossy ring's residuals (word order; the key of the block order
 # they had before the pieces of --ring-overlap is not read: such a resume is not exact)
 RESIDUAL_KEY = "ring_residual_by_word"
-# how an int8 or int4 ring keeps its residuals (BlockStore.encoded)
+# how an int8 or int4 ring keeps its residuals where float32 ones (V x d per rank) would take
+# this many bytes or more (BlockStore.carries_int8): a quarter of the memory, about a fifth
+# more array work per hand-off (32 ranks on enwiki-64M, whose 58 MB stay float32)
 CARRY_WIRE = "int8"
+CARRY_INT8_FROM_BYTES = 256 * 2 ** 20
 
 
 class BlockStore(Store):
@@ -358,17 +361,18 @@ class BlockStore(Store):
     def encoded(self, src: np.ndarray, blk: int, a: int, b: int, threads: int) -> np.ndarray:
         """Rows [a, b) of block ``blk`` (held in ``src``) as a lossy --wire sends them, by row
         ranges; what rounding left out is kept and added the next time this rank sends those
-        rows (error feedback). An int8 or int4 wire keeps it as int8 rows itself
-        (:data:`CARRY_WIRE`: a quarter of float32's memory; what that rounding leaves out, at
-        most 1/254 of what the wire's did, is dropped), bf16 as float32."""
-        carry = self.wire in ("int8", "int4")
+        rows (error feedback): as float32 rows, or, for an int8 or int4 wire and a large
+        vocabulary (:meth:`carries_int8`), as int8 rows (:data:`CARRY_WIRE`: a quarter of the
+        memory; what that rounding leaves out, at most 1/254 of what the wire's did, is
+        dropped)."""
+        carry = self.carries_int8()
         if self.residual[blk] is None:
             width = row_bytes(CARRY_WIRE, self.dim) if carry else self.dim
             self.residual[blk] = np.zeros((self.size(blk), width), np.uint8 if carry else np.float32)
         residual, data = self.residual[blk][a:b], np.empty((b - a, row_bytes(self.wire, self.dim)), np.uint8)
 
         def work(x: int, y: int) -> None:
-            if self.wire == "int8":        # the same bits as the int4 branch's three passes, in one
+            if carry and self.wire == "int8":      # the int4 branch's three passes' bits, in one
                 data[x:y] = encode_carried(src[a + x:a + y], residual[x:y])
             elif carry:         # the wire's kernel adds what it carries and leaves what it rounds away
                 left = decode(residual[x:y], CARRY_WIRE, self.dim)
@@ -454,10 +458,15 @@ class BlockStore(Store):
             self.comm.agree(rankstate.save_rank_state, directory, round_, self.comm.rank, self.comm.size,
                             {RESIDUAL_KEY: every})
 
+    def carries_int8(self) -> bool:
+        """Whether the lossy ring keeps its residuals as int8 rows: for an int8 or int4 wire
+        where float32 residuals (V x d a rank) would take CARRY_INT8_FROM_BYTES or more (they
+        cost about a fifth more array work a hand-off: docs/lab/blocks.md)."""
+        return self.wire in ("int8", "int4") and self.vocab * self.dim * 4 >= CARRY_INT8_FROM_BYTES
+
     def residual_row(self) -> tuple:
         """(width, dtype) of a residual row: int8 rows' bytes, or d float32 values (encoded)."""
-        carry = self.wire in ("int8", "int4")
-        return (row_bytes(CARRY_WIRE, self.dim), np.uint8) if carry else (self.dim, np.float32)
+        return (row_bytes(CARRY_WIRE, self.dim), np.uint8) if self.carries_int8() else (self.dim, np.float32)
 
     def restore_exact(self, directory: str, round_: int) -> bool:
         if self.residual is None:
