@@ -149,6 +149,10 @@ class BlockStore(Store):
         # rank sends, each made when it first sends the block
         self.wire = block_wire(setup.cfg, p)
         self.residual: list | None = None if self.wire == "fp32" or p == 1 else [None] * p
+        if self.residual is not None and self.size(0):   # load the wire's kernels now (a second or so
+            # a process, the first time), not as array work of the first hand-off
+            decode(self.encoded(np.zeros((1, self.dim), np.float32), 0, 0, 1, 1), self.wire, self.dim)
+            self.residual[0] = None
         # --ring-overlap: the hand-offs of pieces run in a thread of their own, on a
         # communicator of their own, while the next piece trains (without MPI_THREAD_MULTIPLE
         # they run in place: the same numbers, later)
