@@ -7,13 +7,16 @@ sorts what it received by the output word's block, and then trains P steps, in s
 bucket of the output block it holds then, with noise words from that block only, and hands
 the block on (one message each way). No rank ever combines copies of a row, so there is no
 combining rule, no learning-rate scaling and nothing that grows with the rank count but the
-ring's bytes (docs/lab/blocks.md).
+ring's bytes (docs/lab/blocks.md). With ``--ring-overlap`` a block travels in two halves: a
+step trains the bucket's pairs of one half (noise words from that half) while the other half
+travels, from a thread of its own on a communicator of its own (``launch``/``land``); the
+numbers do not depend on the timing.
 
 Memory: a rank holds only the rows it trains: its input block, the output block it holds
 and one receive buffer for the ring's hand-off (about 3 V d / P floats, ``block_param_bytes``
 in its metrics), plus, with a lossy ``--wire``, the error feedback's residual of every block
-it sends (every rank sends every block once a pass, so V x d floats: the same numbers need
-them all). The vocabulary's own arrays (ids, positions, noise tables) are about 32 bytes a
+it sends (every rank sends every block once a pass, so V x d floats, or V (d + 4) bytes as
+int8 rows from CARRY_INT8_FROM_BYTES: the same numbers need them all). The vocabulary's own arrays (ids, positions, noise tables) are about 32 bytes a
 word. Rank 0 holds whole matrices only for a moment: the input matrix from a flush (an
 evaluation, a checkpoint, the export) until the next round, and the output matrix while it
 writes a checkpoint. A fresh run makes only its rows of the replicated store's
