@@ -267,6 +267,8 @@ def test_the_ring_overlaps_in_halves_where_a_pass_has_room_for_their_latency_ste
     assert ring_pieces("on", 1, 10**9) == 1                               # one rank has no ring
     with pytest.raises(ConfigError, match="--ring-overlap reads only the block store"):
         parse_command(TrainConfig, ["--store", "replicated", "--ring-overlap", "on"], prog="test", description="")
+    # a checkpoint from before the halves resumes with "off" (train/resume.py), whatever its store
+    assert TrainConfig(corpus="c.h5", out="o", store="replicated", ring_overlap="off").store == "replicated"
 
 
 def test_the_ring_goes_int8_from_16_ranks_unless_wire_says():

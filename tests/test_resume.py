@@ -271,7 +271,7 @@ def test_a_checkpoint_from_before_wire_feedback_resumes_without_it(monkeypatch):
     assert cfg.wire_feedback == "auto"
     stored = {"corpus": "c.h5", "ranks": 4, "wire": "auto"}
     monkeypatch.setattr(resume, "_stored_config", lambda c: dict(stored))
-    old = {"sync_schedule": "geometric"}          # the tiers' schedule came later too
+    old = {"sync_schedule": "geometric", "ring_overlap": "off"}     # the tiers' schedule and the halves came later too
     assert resume._settings_to_adopt(cfg, frozenset(), 4)[0] == {"wire_feedback": "off", **old}
     assert resume._settings_to_adopt(cfg, frozenset({"wire_feedback"}), 4)[0] == old
     stored["wire_feedback"] = "auto"

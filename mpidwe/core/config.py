@@ -421,7 +421,7 @@ class TrainConfig:
                "--store blocks trains skip-gram with negative sampling on the numba kernel (a CBOW window, a "
                "Huffman path or subword rows would span every rank's block), without --balance speed or "
                "--overlap; use --store replicated for those")
-        _check(self.ring_overlap == "auto" or self.store in ("blocks", "auto"),
+        _check(self.ring_overlap != "on" or self.store in ("blocks", "auto"),
                "--ring-overlap reads only the block store's ring; give --store blocks, or leave it out")
         _check(not (self.init_from and self.resume not in (None, "auto")),
                "--init-from starts a new run and cannot be combined with --resume PATH (with --resume auto "
