@@ -265,7 +265,7 @@ class BlockStore(Store):
                 l_, n = train_bucket(Params(self.w_in, self.out_rows, *self.touched), inp[lo:hi], out[lo:hi],
                                      self.noise_of(j * parts + h, args),
                                      Span(args.lr0, args.lr_min, args.words_done + span * (k + (lo - a) / max(b - a, 1)),
-                                          span * ((hi - lo) / max(b - a, 1)) if parts > 1 else span,
+                                          span * ((hi - lo) / max(b - a, 1)),
                                           args.words_total),
                                      rng, self.threads)
                 compute += time.perf_counter() - t2
