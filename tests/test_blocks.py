@@ -271,12 +271,16 @@ def test_the_ring_overlaps_in_halves_where_a_pass_has_room_for_their_latency_ste
     assert TrainConfig(corpus="c.h5", out="o", store="replicated", ring_overlap="off").store == "replicated"
 
 
-def test_the_ring_goes_int8_from_16_ranks_unless_wire_says():
+def test_the_ring_goes_int8_from_16_ranks_and_int16_for_large_vocabularies_unless_wire_says():
     from mpidwe.core.blocks import block_wire
 
     cfg = TrainConfig(store="blocks")
-    assert [block_wire(cfg, p) for p in (1, 8, 15, 16, 32)] == ["fp32"] * 3 + ["int8"] * 2
-    assert block_wire(TrainConfig(store="blocks", wire="bf16"), 32) == "bf16"
+    assert [block_wire(cfg, p, 145_785, 100) for p in (1, 8, 15, 16, 32)] == ["fp32"] * 3 + ["int8"] * 2
+    # int8's float32 residuals would take 256 MB a rank from 671,089 words at d = 100
+    assert [block_wire(cfg, 32, v, 100) for v in (671_088, 671_089, 2_000_000)] == ["int8", "int16", "int16"]
+    assert block_wire(cfg, 8, 2_000_000, 100) == "fp32"
+    assert block_wire(TrainConfig(store="blocks", wire="bf16"), 32, 2_000_000, 100) == "bf16"
+    assert block_wire(TrainConfig(store="blocks", wire="int8"), 32, 2_000_000, 100) == "int8"
 
 
 def auto_cfg(*flags: str) -> TrainConfig:
@@ -425,6 +429,22 @@ def test_the_lossy_ring_sends_what_it_rounded_away_later_keeping_int8_residuals(
     assert kept.dtype == kind and kept.shape == (rows, width)
     int8 = wire != "bf16" and vocab * dim * 4 >= 256 * 2 ** 20
     assert (width, kind) == ((row_bytes("int8", dim), np.uint8) if int8 else (dim, np.float32))
+
+
+def test_an_int16_ring_keeps_no_residual_and_sends_each_row_within_a_65534th_of_its_largest_value():
+    from types import SimpleNamespace
+
+    from mpidwe.parallel.blocks import BlockStore
+    from mpidwe.parallel.wire import decode
+
+    rows, dim = 5, 8
+    store = SimpleNamespace(wire="int16", dim=dim, vocab=2_000_000, threads=1, residual=None, size=lambda b: rows)
+    store.by_rows = lambda n, work, threads=None: BlockStore.by_rows(store, n, work, threads)
+    held = np.random.default_rng(4).uniform(-1, 1, (rows, dim)).astype(np.float32)
+    sent = decode(BlockStore.encoded(store, held, 0, 0, rows, 1), "int16", dim)
+    assert store.residual is None
+    peak = np.abs(held).max(axis=1, keepdims=True)
+    assert (np.abs(sent - held) <= 0.5 / 32767 * peak * (1 + 1e-6)).all() and not np.array_equal(sent, held)
 
 
 def test_the_int8_rings_one_pass_carry_is_the_three_passes_bit_for_bit():

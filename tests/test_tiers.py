@@ -84,6 +84,7 @@ def test_every_wire_decodes_close_to_what_it_encoded_with_its_documented_size(na
     peak = np.abs(rows).max(axis=1, keepdims=True)
     err = np.abs(back - rows)
     bound = {"fp32": 0.0, "bf16": 2 ** -8 * np.abs(rows), "int8": 0.5 / 127 * peak * (1 + 1e-6),
+             "int16": 0.5 / 32767 * peak * (1 + 1e-6),
              "int4": 0.5 / 7 * peak * (1 + 1e-6)}[name]
     assert (err <= bound).all(), (name, float((err - bound).max()))
     assert np.array_equal(wire.decode(wire.encode(back, name), name, 16), back), "decoding is a fixed point"
@@ -105,8 +106,8 @@ def _cfg(*flags):
     (["--sync-full", "-1"], "--sync-full must be a power of 2"),
     (["--sync-full", "6"], "--sync-full must be a power of 2"),
     (["--sync-hot", "-1", "--sync-full", "4"], "--sync-hot must be >= 1"),
-    (["--wire", "int8", "--sync", "sparse"], "--wire bf16, int8 or int4 encodes the rows of --sync dense"),
-    (["--wire", "int4", "--sync", "sparse"], "--wire bf16, int8 or int4 encodes the rows of --sync dense"),
+    (["--wire", "int8", "--sync", "sparse"], "--wire bf16, int8, int16 or int4 encodes the rows of --sync dense"),
+    (["--wire", "int4", "--sync", "sparse"], "--wire bf16, int8, int16 or int4 encodes the rows of --sync dense"),
     (["--sync-full", "4", "--store", "sharded"], "--sync-full > 1 combines rows in tiers"),
     (["--sync-full", "4", "--sync", "average"], "--sync-full > 1 combines rows in tiers"),
     (["--sync-seconds", "0.1", "--store", "sharded"], "--sync-seconds re-plans the rounds of the replicated"),
@@ -114,6 +115,7 @@ def _cfg(*flags):
     (["--sync-seconds", "-1"], "--sync-seconds must be >= 0"),
     (["--wire", "fp32", "--wire-feedback", "on"], "--wire-feedback on keeps what int8 and int4 rows round away"),
     (["--wire", "bf16", "--wire-feedback", "on"], "give --wire int8 or int4, or leave --wire-feedback at auto"),
+    (["--wire", "int16", "--wire-feedback", "on"], "int16 sends rows to 1/65534 of their largest value, without"),
     (["--wire-feedback", "yes"], "invalid choice: 'yes' (choose from 'auto', 'on', 'off') (see"),
 ])
 def test_the_options_refuse_what_they_cannot_do(flags, msg):
@@ -135,7 +137,7 @@ def test_error_feedback_is_on_in_negative_samplings_tiers_by_default():
     assert feedback_of("on", False, "hs") and not feedback_of("off", True)
 
 
-@pytest.mark.parametrize("name", ["int8", "int4"])
+@pytest.mark.parametrize("name", ["int8", "int16", "int4"])
 def test_a_row_with_nan_or_inf_decodes_as_nan_so_the_divergence_guard_sees_it(name):
     rows = np.ones((3, 5), np.float32)
     rows[1, 2], rows[2, 0] = np.nan, np.inf
@@ -156,10 +158,20 @@ def test_int4_packs_two_values_a_byte_low_nibble_first_for_odd_and_even_dims(d):
     assert back[1, -1] == pytest.approx(3.0) and not back[1, :-1].any()
 
 
-def test_int4_rounds_a_subnormal_row_to_zero_without_overflow():
+@pytest.mark.parametrize("name", ["int4", "int16"])
+def test_a_subnormal_row_rounds_to_zero_without_overflow(name):
     rows = np.full((1, 4), 1e-44, np.float32)
-    back = wire.decode(wire.encode(rows, "int4"), "int4", 4)
+    back = wire.decode(wire.encode(rows, name), name, 4)
     assert np.isfinite(back).all() and np.abs(back - rows).max() <= 1e-44
+
+
+def test_int16_keeps_16_bits_a_value_little_endian_after_the_rows_float32_scale():
+    rows = np.array([[32767.0, -1.0, 0.5, -32767.0]], np.float32)      # scale 1
+    data = wire.encode(rows, "int16")
+    assert data.shape == (1, 12) and data[0, :4].view(np.float32)[0] == 1.0
+    assert data[0, 4:].view("<i2").tolist() == [32767, -1, 0, -32767]  # 0.5 rounds to even
+    with pytest.raises(ValueError, match="error feedback needs an int8 or int4 wire, not int16"):
+        wire.encode(rows, "int16", feedback=(np.zeros_like(rows), np.ones(1, np.uint8)))
 
 
 def test_decode_add_sums_into_its_target():

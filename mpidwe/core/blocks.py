@@ -115,14 +115,22 @@ def handoff(rank: int, before: int, after: int, parts: int) -> tuple[int, int]:
 # from this many ranks on, where the ring's bytes per word grow with P (16 and 32 ranks kept
 # one process's quality on enwiki-64M with them: docs/lab/blocks.md), as float32 below
 BLOCK_INT8_MIN_RANKS = 16
+# ... but as int16 rows, which need no error feedback, where int8's residuals would take this
+# many bytes a rank as float32 (V x d x 4: 671k words at d = 100), so that a rank's memory
+# stays about 2 V d / P (docs/lab/blocks.md, "Memory per rank")
+BLOCK_INT16_FROM_BYTES = 256 * 2 ** 20
 
 
-def block_wire(cfg, world_size: int) -> str:
-    """--store blocks: the ring's encoding of the output blocks (--wire; lossy ones keep
-    error feedback: parallel/blocks.py)."""
+def block_wire(cfg, world_size: int, vocab: int, dim: int) -> str:
+    """--store blocks: the ring's encoding of the output blocks (--wire; bf16, int8 and int4
+    keep error feedback: parallel/blocks.py): auto fp32 below BLOCK_INT8_MIN_RANKS ranks,
+    int8 from there, int16 for a vocabulary whose int8 residuals would take
+    BLOCK_INT16_FROM_BYTES or more."""
     if cfg.wire != "auto":
         return cfg.wire
-    return "int8" if world_size >= BLOCK_INT8_MIN_RANKS else "fp32"
+    if world_size < BLOCK_INT8_MIN_RANKS:
+        return "fp32"
+    return "int16" if vocab * dim * 4 >= BLOCK_INT16_FROM_BYTES else "int8"
 
 
 # --ring-overlap auto: halves where the pass's latency steps stay within this many per million

@@ -195,11 +195,12 @@ class TrainConfig:
                               "sampling, 2 x --lr with --loss hs (whose tree-top rows every example "
                               "moves: docs/lab/sync-modes.md)")
     wire: str = opt("auto", "--sync dense or auto (its dense syncs): how changed rows travel: fp32, bf16 (16 bits), "
-                    "int8 (a scale per row and 8 bits per value), int4 (a scale per row and 4 bits per value), or auto: int4 in tiers (--sync-full), int8 for "
+                    "int8 (a scale per row and 8 bits per value), int16 (a scale per row and 16 bits per value), int4 (a scale per row and 4 bits per value), or auto: int4 in tiers (--sync-full), int8 for "
                     "the other dense syncs of the replicated store from 3 ranks on, fp32 elsewhere "
-                    "(docs/lab/sync-modes.md); --store blocks: how the output blocks travel round the ring (a "
-                    "lossy encoding keeps error feedback), auto int8 from 16 ranks, fp32 below",
-                    choices=["auto", "fp32", "bf16", "int8", "int4"])
+                    "(docs/lab/sync-modes.md); --store blocks: how the output blocks travel round the ring (bf16, "
+                    "int8 and int4 keep error feedback, int16 needs none), auto int8 from 16 ranks (int16 where "
+                    "int8's feedback would take 256 MB a rank), fp32 below",
+                    choices=["auto", "fp32", "bf16", "int8", "int16", "int4"])
     wire_feedback: str = opt("auto", "int8 and int4 rows: each rank keeps what the encoding of a row's change left "
                              "out and adds it to that row's next change (error feedback; two more copies of each "
                              "matrix per rank), forgotten at every checkpoint; auto: on in negative "
@@ -355,10 +356,10 @@ class TrainConfig:
                f"--sync-full must be a power of 2 (or 0: auto), got {self.sync_full}")
         _check(self.sync_hot >= 0, f"--sync-hot must be >= 1 (or 0: auto), got {self.sync_hot}")
         _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto") or self.store == "blocks",
-               "--wire bf16, int8 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
+               "--wire bf16, int8, int16 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
         _check(self.wire_feedback != "on" or self.wire in ("auto", "int8", "int4"),
                f"--wire-feedback on keeps what int8 and int4 rows round away; --wire {self.wire} sends "
-               f"{'every bit' if self.wire == 'fp32' else 'rows rounded to 8 bits of mantissa, without feedback'}: "
+               f"{ {'fp32': 'every bit', 'int16': 'rows to 1/65534 of their largest value, without feedback'}.get(self.wire, 'rows rounded to 8 bits of mantissa, without feedback')}: "
                f"give --wire int8 or int4, or leave --wire-feedback at auto")
         _check(not self.overlap or (self.store in ("replicated", "auto") and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "

@@ -14,10 +14,11 @@ numbers do not depend on the timing.
 
 Memory: a rank holds only the rows it trains: its input block, the output block it holds
 and one receive buffer for the ring's hand-off (about 3 V d / P floats, ``block_param_bytes``
-in its metrics), plus, with a lossy ``--wire``, the error feedback's residual of every block
-it sends (every rank sends every block once a pass, so V x d floats, or V (d + 4) bytes as
-int8 rows from CARRY_INT8_FROM_BYTES: the same numbers need them all). The vocabulary's own arrays (ids, positions, noise tables) are about 32 bytes a
-word. Rank 0 holds whole matrices only for a moment: the input matrix from a flush (an
+in its metrics), plus, with ``--wire`` bf16, int8 or int4, the error feedback's residual of
+every block it sends (every rank sends every block once a pass, so V x d floats, or V (d + 4)
+bytes as int8 rows from CARRY_INT8_FROM_BYTES: the same numbers need them all); an int16 ring
+(auto's choice for such vocabularies) keeps none. The vocabulary's own arrays (ids,
+positions, noise tables) are about 32 bytes a word. Rank 0 holds whole matrices only for a moment: the input matrix from a flush (an
 evaluation, a checkpoint, the export) until the next round, and the output matrix while it
 writes a checkpoint. A fresh run makes only its rows of the replicated store's
 initialisation (the same values, :func:`fresh_params`); a resume has rank 0 read the
@@ -38,8 +39,8 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import InputError
-from ..core.blocks import (block_members, block_noise_tables, block_wire, handoff, held_block, piece_members,
-                           ring_shifts, snake_blocks, snake_pieces)
+from ..core.blocks import (BLOCK_INT16_FROM_BYTES, block_members, block_noise_tables, block_wire, handoff,
+                           held_block, piece_members, ring_shifts, snake_blocks, snake_pieces)
 from ..kernels.args import KernelArgs
 from ..kernels.pairs import Noise, Span, by_threads, partition, piece_pairs, place_rows, train_bucket
 from ..kernels.rows import Params
@@ -48,7 +49,7 @@ from . import replicated
 from .replicated import save_on_root, write_on_root
 from .sharded import init_rows
 from .store import Store, StoreSetup, SyncStats, Trained, Work
-from .wire import decode, encode, encode_carried, row_bytes
+from .wire import UNFED_WIRES, decode, encode, encode_carried, row_bytes
 
 
 # ------------------------------------------------------------------ the rows a run starts from
@@ -103,11 +104,12 @@ def scatter_blocks(comm: Comm, whole: np.ndarray | None, members: np.ndarray, of
 # the rank-state key of the lossy ring's residuals (word order; the key of the block order
 # they had before the pieces of --ring-overlap is not read: such a resume is not exact)
 RESIDUAL_KEY = "ring_residual_by_word"
-# how an int8 or int4 ring keeps its residuals where float32 ones (V x d per rank) would take
-# this many bytes or more (BlockStore.carries_int8): a quarter of the memory, about a fifth
-# more array work per hand-off (32 ranks on enwiki-64M, whose 58 MB stay float32)
+# how an int8 or int4 ring (--wire int8 or int4: auto sends int16 rows there) keeps its
+# residuals where float32 ones (V x d per rank) would take this many bytes or more
+# (BlockStore.carries_int8): a quarter of the memory, about a fifth more array work per
+# hand-off (32 ranks on enwiki-64M, whose 58 MB stay float32)
 CARRY_WIRE = "int8"
-CARRY_INT8_FROM_BYTES = 256 * 2 ** 20
+CARRY_INT8_FROM_BYTES = BLOCK_INT16_FROM_BYTES
 
 
 class BlockStore(Store):
@@ -150,12 +152,13 @@ class BlockStore(Store):
         self.touched = (np.zeros(len(self.w_in), np.uint8), np.zeros(most, np.uint8))
         # how output blocks travel; a lossy wire's residuals (error feedback) per block this
         # rank sends, each made when it first sends the block
-        self.wire = block_wire(setup.cfg, p)
-        self.residual: list | None = None if self.wire == "fp32" or p == 1 else [None] * p
-        if self.residual is not None and self.size(0):   # load the wire's kernels now (a second or so
-            # a process, the first time), not as array work of the first hand-off
+        self.wire = block_wire(setup.cfg, p, self.vocab, self.dim)
+        self.residual: list | None = None if self.wire in UNFED_WIRES or p == 1 else [None] * p
+        if self.wire != "fp32" and p > 1 and self.size(0):   # load the wire's kernels now (a second or
+            # so a process, the first time), not as array work of the first hand-off
             decode(self.encoded(np.zeros((1, self.dim), np.float32), 0, 0, 1, 1), self.wire, self.dim)
-            self.residual[0] = None
+            if self.residual is not None:
+                self.residual[0] = None
         # --ring-overlap: the hand-offs of pieces run in a thread of their own, on a
         # communicator of their own, while the next piece trains (without MPI_THREAD_MULTIPLE
         # they run in place: the same numbers, later)
@@ -371,7 +374,15 @@ class BlockStore(Store):
         rows (error feedback): as float32 rows, or, for an int8 or int4 wire and a large
         vocabulary (:meth:`carries_int8`), as int8 rows (:data:`CARRY_WIRE`: a quarter of the
         memory; what that rounding leaves out, at most 1/254 of what the wire's did, is
-        dropped)."""
+        dropped). An int16 ring keeps nothing (its rounding is far below a pass's changes)."""
+        if self.residual is None:
+            data = np.empty((b - a, row_bytes(self.wire, self.dim)), np.uint8)
+
+            def plain(x: int, y: int) -> None:
+                data[x:y] = encode(src[a + x:a + y], self.wire)
+
+            self.by_rows(b - a, plain, threads)
+            return data
         carry = self.carries_int8()
         if self.residual[blk] is None:
             width = row_bytes(CARRY_WIRE, self.dim) if carry else self.dim

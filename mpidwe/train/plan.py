@@ -419,7 +419,7 @@ def make_plan(cfg: TrainConfig, comm: Comm, corpus: Corpus, compute: Compute | N
                     compute_choice=compute.why, store_choice=store_choice,
                     sync_every=sync_every, lr_scale=scale, local_lr=cfg.lr * scale, sync_tiers=tiers,
                     threads=threads, ranks=comm.size, rounds=rounds, words_total=words_total,
-                    **({"block_wire": block_wire(cfg, comm.size),
+                    **({"block_wire": block_wire(cfg, comm.size, corpus.n_words, cfg.dim),
                         "ring_pieces": ring_pieces(cfg.ring_overlap, comm.size, sync_every)} if cfg.store == "blocks" else {}),
                     vocab_size=corpus.n_words, mpi=comm.mpi_library, version=__version__, **sharded)
     own = words_total if cfg.balance == "speed" else shard.n_tokens * cfg.epochs
