@@ -1,6 +1,6 @@
 """The arrays one rank of ``--store blocks`` holds, for a vocabulary of V words and dim d.
 
-    python benchmarks/block_memory.py --vocab 145785 --dim 100 --ranks 16 [--rank 0] [--wire int8]
+    python benchmarks/block_memory.py --vocab 145785 --dim 100 --ranks 16 [--rank 0] [--wire int8|int16|auto]
 
 One process stands in for rank RANK of RANKS (the store's constructor asks its communicator
 only for the rank and the size): it makes the rank's fresh rows (``blocks.fresh_params``) and
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from mpidwe.core.config import TrainConfig
-from mpidwe.parallel import blocks
+from mpidwe.parallel import blocks, wire
 from mpidwe.parallel.store import StoreSetup
 
 
@@ -31,12 +31,17 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--rank", type=int, default=0)
-    ap.add_argument("--wire", default="fp32", choices=["fp32", "bf16", "int8", "auto"])
+    ap.add_argument("--wire", default="fp32", choices=["fp32", "bf16", "int8", "int16", "auto"])
     a = ap.parse_args()
     v, d, p = a.vocab, a.dim, a.ranks
     counts = (1e7 / np.arange(1, v + 1)).astype(np.int64) + 5
     cfg = TrainConfig(store="blocks", dim=d, seed=1, wire=a.wire)
     comm = SimpleNamespace(rank=a.rank, size=p, stats=None)
+    one = np.zeros((1, d), np.float32)      # numba's loading of the wire kernels (which the store
+    for name in ("bf16", "int8", "int16"):  # does at start) is not the store's memory
+        wire.decode(wire.encode(one, name), name, d)
+        wire.encode(one, "int8", feedback=(one.copy(), np.ones(1, np.uint8)))
+    wire.encode_carried(one, np.zeros((1, wire.row_bytes("int8", d)), np.uint8))
     tracemalloc.start()
     w_in, w_out = blocks.fresh_params(cfg, comm, v, counts)
     store = blocks.BlockStore(comm, w_in, w_out, StoreSetup(cfg, 1, "cpu", v, 1, None, counts))

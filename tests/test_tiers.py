@@ -184,7 +184,7 @@ def test_decode_add_sums_into_its_target():
         np.testing.assert_allclose(got, wire.decode(wire.encode(rows, name), name, 4) + 1, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name,levels", [("int8", 127.0), ("int4", 7.0)])
+@pytest.mark.parametrize("name,levels", [("int8", 127.0), ("int16", 32767.0), ("int4", 7.0)])
 def test_the_scale_is_the_rows_largest_magnitude_over_the_levels_exactly(name, levels):
     """The encoders find the largest |value| on the float32 bits (parallel/wire.py _scale): it
     must be the float maximum itself, whichever sign holds it, down to subnormal rows."""
