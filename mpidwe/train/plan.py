@@ -325,6 +325,11 @@ class Compute:
 def choose_compute(cfg: TrainConfig, comm: Comm) -> Compute:
     """Device and kernel, the same on every rank (a collective: a rank's error is raised on all)."""
     device, why_device = comm.agree(resolve_device, cfg, comm)
+    if cfg.store == "blocks" and device != "cpu":
+        # config.py refuses --store blocks with --device cuda or a torch kernel; auto's GPU
+        # would otherwise be named in the first log line while the store trains with numba
+        device, why_device = "cpu", (f"--store blocks: numba on the CPU (the block store has no device kernel; "
+                                     f"{why_device.removeprefix('auto: ')}, unused)")
     kernel, why_kernel = comm.agree(resolve_kernel, cfg, device)
     comm.agree(resolve_exchange, cfg, kernel)
     return Compute(device, kernel, "; ".join(why for why in (why_device, why_kernel) if why))
