@@ -160,7 +160,8 @@ def test_train_bucket_touches_only_its_input_rows_and_the_held_block():
     (["--loss", "hs"], "skip-gram"),
     (["--subwords"], "subword"),
     (["--balance", "speed"], "--balance speed"),
-    (["--kernel", "torch"], "numba"),
+    (["--kernel", "triton"], "--kernel torch"),
+    (["--device", "cuda"], "numba kernel or --kernel torch"),
 ])
 def test_the_block_store_refuses_what_it_cannot_train_in_one_line(flags, says):
     with pytest.raises((ConfigError, SystemExit)) as err:

@@ -154,13 +154,16 @@ def test_auto_on_cuda_refuses_what_the_device_store_cannot_do(two_gpus):
 
 
 def test_the_block_store_on_a_cuda_node_trains_with_numba_on_the_cpu_and_says_so(two_gpus, monkeypatch):
-    """--store blocks has no device kernel: on a GPU node --device auto must not name cuda
-    and a torch kernel in the first log line while the store trains with numba."""
+    """--store blocks trains on a GPU with --kernel torch only: on a GPU node --device auto
+    must not name cuda and the fused kernel in the first log line while the store trains
+    with numba; --kernel torch takes the GPU."""
     monkeypatch.setattr(plan_module, "_triton_available", lambda: True)
     choice = choose_compute(cfg(store="blocks"), Comm.serial())
     assert (choice.device, choice.kernel) == ("cpu", "numba")
-    assert choice.why == "--store blocks: numba on the CPU (the block store has no device kernel; 2 CUDA device(s) found, unused)"
+    assert choice.why == "--store blocks: numba on the CPU (give --kernel torch for the GPU; 2 CUDA device(s) found, unused)"
     assert choose_compute(cfg(), Comm.serial()).kernel == "triton"      # auto stays on the GPU
+    choice = choose_compute(cfg(store="blocks", kernel="torch"), Comm.serial())
+    assert (choice.device, choice.kernel) == ("cuda:0", "torch")
 
 
 def test_on_cuda_the_store_puts_the_parameters_on_the_gpu(two_gpus, monkeypatch):

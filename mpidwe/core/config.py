@@ -271,7 +271,8 @@ class TrainConfig:
     kernel: str = opt("auto", "update kernel: numba (CPU, Hogwild threads), torch (batched tensor ops; "
                       "CUDA, also runs on CPU), triton (one fused launch per batch of windows, CUDA; "
                       "skip-gram with shared negatives and negative sampling) or auto (numba on CPU; on "
-                      "CUDA triton where it applies and is installed, else torch; docs/lab/benchmarks.md)",
+                      "CUDA triton where it applies and is installed, else torch; docs/lab/benchmarks.md); --store "
+                      "blocks: numba, or torch (its buckets as batches, on CUDA where there is one)",
                       choices=["auto", "numba", "torch", "triton"])
     shared_negatives: bool = opt(True, "skip-gram: one draw of negatives per centre word, shared by "
                                  "its window's context words (Intel pWord2Vec): about 2x faster at "
@@ -417,11 +418,11 @@ class TrainConfig:
                "pushed rows by the sparse rule), negative sampling without --subwords, and without "
                "--init-from or --follow")
         _check(self.store != "blocks" or (self.model == "skipgram" and self.loss == "ns" and not self.subwords
-                                           and self.kernel not in ("torch", "triton") and self.device != "cuda"
+                                           and self.kernel != "triton" and (self.device != "cuda" or self.kernel == "torch")
                                            and self.balance == "off" and not self.overlap),
-               "--store blocks trains skip-gram with negative sampling on the numba kernel (a CBOW window, a "
-               "Huffman path or subword rows would span every rank's block), without --balance speed or "
-               "--overlap; use --store replicated for those")
+               "--store blocks trains skip-gram with negative sampling on the numba kernel or --kernel torch (a "
+               "CBOW window, a Huffman path or subword rows would span every rank's block), without --kernel "
+               "triton, --balance speed or --overlap; use --store replicated for those")
         _check(self.ring_overlap != "on" or self.store in ("blocks", "auto"),
                "--ring-overlap reads only the block store's ring; give --store blocks, or leave it out")
         _check(not (self.init_from and self.resume not in (None, "auto")),

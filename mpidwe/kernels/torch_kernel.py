@@ -103,26 +103,33 @@ def train_block(w_in, w_out, tokens, sent_starts, rng_state, touched_in, touched
     if layout is None:
         return 0.0, 0, n_tokens
     vocab = w_in.shape[0]
-    # every slot of a row, input then output ids (output ids offset by V: one id space)
-    ids, ok, batch = block_slots(layout, layout.batch_rows, vocab)
-    if duplicate_steps is None:     # adaptive: n lr sigma'(0) |partner|^2 / STABILITY, per batch
-        n = duplicate_counts(ids, ok, batch, 2 * vocab)
-        load = n * (layout.lr[:, None] * (0.25 * w_in.shape[1] / STABILITY))
-    else:
-        load = duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps).reciprocal_()
-    in_load, out_load = load.split([layout.ok.shape[1], layout.target_ok.shape[1]], 1)
-    adaptive = duplicate_steps is None
-    if adaptive:    # per slot over its batch's partner entries: a batch needs |partner|^2, no mean
-        rows_here = (len(layout.lr) - batch * layout.batch_rows).clamp_(max=layout.batch_rows)[:, None]
-        partners_out = 1 if model == "cbow" else layout.ok.shape[1]    # CBOW: the mean h
-        in_load = in_load / (rows_here * (layout.target_ok.shape[1] * w_in.shape[1]))
-        out_load = out_load / (rows_here * (partners_out * w_in.shape[1]))
+    ids, ok, in_load, out_load = duplicate_loads(layout, vocab, w_in.shape[1], duplicate_steps, model)
     train = _train_cbow if model == "cbow" else _train_skipgram
-    losses = train(w_in, w_out, layout, in_load, out_load, adaptive)
+    losses = train(w_in, w_out, layout, in_load, out_load, duplicate_steps is None)
     mark_touched((touched_in, touched_out), ids, ok)
     # the block's one late read: every batch's loss and the example count, summed on the host
     *batch_losses, n_examples = torch.stack([*losses, layout.n_examples.to(torch.float32)]).tolist()
     return math.fsum(batch_losses), int(n_examples), n_tokens
+
+
+def duplicate_loads(layout: Layout, vocab: int, dim: int, duplicate_steps, model: str = "skipgram"):
+    """(slot ids, their weights, input loads, output loads) of a layout whose input and output
+    rows number at most ``vocab`` each: what the batch loops divide duplicate updates by
+    (_divisors; the module docstring)."""
+    # every slot of a row, input then output ids (output ids offset by V: one id space)
+    ids, ok, batch = block_slots(layout, layout.batch_rows, vocab)
+    if duplicate_steps is None:     # adaptive: n lr sigma'(0) |partner|^2 / STABILITY, per batch
+        n = duplicate_counts(ids, ok, batch, 2 * vocab)
+        load = n * (layout.lr[:, None] * (0.25 * dim / STABILITY))
+    else:
+        load = duplicate_scale(ids, ok, batch, 2 * vocab, duplicate_steps).reciprocal_()
+    in_load, out_load = load.split([layout.ok.shape[1], layout.target_ok.shape[1]], 1)
+    if duplicate_steps is None:     # per slot over its batch's partner entries: a batch needs |partner|^2, no mean
+        rows_here = (len(layout.lr) - batch * layout.batch_rows).clamp_(max=layout.batch_rows)[:, None]
+        partners_out = 1 if model == "cbow" else layout.ok.shape[1]    # CBOW: the mean h
+        in_load = in_load / (rows_here * (layout.target_ok.shape[1] * dim))
+        out_load = out_load / (rows_here * (partners_out * dim))
+    return ids, ok, in_load, out_load
 
 
 def _tensor(x):

@@ -128,6 +128,8 @@ class BlockStore(Store):
             raise ValueError("the block store needs the vocabulary's counts")
         p, rank = comm.size, comm.rank
         self.comm, self.seed, self.threads = comm, setup.cfg.seed, setup.threads
+        # --kernel torch: buckets train as the torch kernel's batches, on setup.device
+        self.device = setup.device if setup.kernel == "torch" else None
         self.vocab, self.dim = setup.vocab_size, w_in.shape[1]
         self.ring_pieces = max(1, int(setup.ring_pieces)) if p > 1 else 1
         self.lay_out(setup.counts, p)
@@ -265,12 +267,11 @@ class BlockStore(Store):
                     pending, pending_piece = None, -1
                 lo, hi = starts[j * parts + h], starts[j * parts + h + 1]
                 t2 = time.perf_counter()
-                l_, n = train_bucket(Params(self.w_in, self.out_rows, *self.touched), inp[lo:hi], out[lo:hi],
-                                     self.noise_of(j * parts + h, args),
-                                     Span(args.lr0, args.lr_min, args.words_done + span * (k + (lo - a) / max(b - a, 1)),
-                                          span * ((hi - lo) / max(b - a, 1)),
-                                          args.words_total),
-                                     rng, self.threads)
+                l_, n = self.train_bucket(inp[lo:hi], out[lo:hi], self.noise_of(j * parts + h, args),
+                                          Span(args.lr0, args.lr_min,
+                                               args.words_done + span * (k + (lo - a) / max(b - a, 1)),
+                                               span * ((hi - lo) / max(b - a, 1)), args.words_total),
+                                          rng, args)
                 compute += time.perf_counter() - t2
                 loss, examples = loss + l_, examples + n
                 if k + 1 < p:               # hand this piece on while the next one trains
@@ -283,6 +284,19 @@ class BlockStore(Store):
         self.pairs += examples
         self.biggest = self.probe()
         return Trained(words, loss, examples, compute)
+
+    def train_bucket(self, inp: np.ndarray, out: np.ndarray, noise: Noise, sched: Span, rng: np.ndarray,
+                     args: KernelArgs) -> tuple[float, int]:
+        """One bucket's pairs (rows of the input block, of the held block): the numba
+        kernel's pair updates on the rank's threads, or with --kernel torch the torch
+        kernel's batches on its device (kernels/torch_pairs.py)."""
+        if self.device is None:
+            return train_bucket(Params(self.w_in, self.out_rows, *self.touched), inp, out, noise, sched, rng,
+                                self.threads)
+        from ..kernels.torch_pairs import train_bucket_torch
+
+        return train_bucket_torch((self.w_in, self.out_rows), (inp, out), noise, sched, rng, args, self.device,
+                                  self.comm.size * self.ring_pieces)
 
     def route(self, inp: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Every pair to the rank that owns its input word (one all-to-all of int32 ids):

@@ -72,6 +72,7 @@ class StoreSetup:
     tiers: dict | None = None      # the plan's sync_tiers (full, hot, wire); None: every row at every sync
     counts: np.ndarray | None = None   # the vocabulary's counts (the block store splits the vocabulary by them)
     ring_pieces: int = 1           # the block store: pieces an output block travels in (--ring-overlap: 2)
+    kernel: str = "numba"          # the plan's kernel (the block store: numba, or torch on ``device``)
 
 
 @dataclass

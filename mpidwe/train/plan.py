@@ -325,10 +325,10 @@ class Compute:
 def choose_compute(cfg: TrainConfig, comm: Comm) -> Compute:
     """Device and kernel, the same on every rank (a collective: a rank's error is raised on all)."""
     device, why_device = comm.agree(resolve_device, cfg, comm)
-    if cfg.store == "blocks" and device != "cpu":
-        # config.py refuses --store blocks with --device cuda or a torch kernel; auto's GPU
-        # would otherwise be named in the first log line while the store trains with numba
-        device, why_device = "cpu", (f"--store blocks: numba on the CPU (the block store has no device kernel; "
+    if cfg.store == "blocks" and device != "cpu" and cfg.kernel != "torch":
+        # the block store trains on the GPU with --kernel torch only (config.py refuses triton and
+        # --device cuda without it): auto keeps the numba kernel, which its figures are of
+        device, why_device = "cpu", (f"--store blocks: numba on the CPU (give --kernel torch for the GPU; "
                                      f"{why_device.removeprefix('auto: ')}, unused)")
     kernel, why_kernel = comm.agree(resolve_kernel, cfg, device)
     comm.agree(resolve_exchange, cfg, kernel)

@@ -163,7 +163,7 @@ def _train(cfg: TrainConfig, comm: Comm, corpus: Corpus, log, stop: StopRequest,
                 plan = warm_start(cfg, plan, comm, corpus, state, log)
                 origin = plan.resolved["init_from"]["path"]
         setup = StoreSetup(cfg, plan.scale, plan.device, corpus.n_words, plan.threads, plan.resolved["sync_tiers"],
-                           corpus.counts, plan.resolved.get("ring_pieces", 1))
+                           corpus.counts, plan.resolved.get("ring_pieces", 1), plan.kernel)
         store = kind(comm, state.w_in, state.w_out, setup)
         if store.keeps_own_rows:           # the whole matrices go: the store copied its rows
             state.w_in = state.w_out = None

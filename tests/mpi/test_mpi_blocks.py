@@ -182,6 +182,29 @@ def test_a_block_run_is_identical_on_every_rank_and_resumes_exactly(demo, job_tm
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parallel(3)
+def test_the_torch_kernel_trains_the_blocks_and_resumes_exactly(demo, job_tmp):
+    """--kernel torch: the buckets train as the torch kernel's batches (on the CPU here; a
+    GPU runs the same code on its device), another model than numba's, the same on every
+    rank, and a resume from a mid-run checkpoint gives the same bits."""
+    pytest.importorskip("torch")
+    comm = Comm.world()
+    flags = ("--store", "blocks", "--kernel", "torch", "--dim", "16", "--sync-every", "20000", "--epochs", "2",
+             "--checkpoint-every", "150000")
+    whole, res = train_here(comm, demo, job_tmp / "torch", "auto", *flags)
+    numba, _ = train_here(comm, demo, job_tmp / "numba", "auto", *flags[:2], *flags[4:])
+    assert whole != numba
+    if comm.is_root:
+        assert res.config["kernel"] == "torch" and res.metrics[-1]["blocks"] == 3 and np.isfinite(res.w_in).all()
+        ckpts = sorted((job_tmp / "torch" / "checkpoints").glob("ckpt-*.h5"))
+        for late in ckpts[1:]:            # keep the first, mid-run checkpoint only
+            late.unlink()
+    comm.barrier()
+    again, _ = train_here(comm, demo, job_tmp / "torch", "auto", *flags, "--resume", "auto")
+    assert again == whole
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parallel(2)
 def test_a_block_run_resumes_on_another_rank_count(demo, job_tmp):
     from mpi4py import MPI
