@@ -85,3 +85,31 @@ def test_an_empty_bucket_draws_nothing():
     assert train_bucket_torch((w_in, w_out), (np.zeros(0, np.int32), np.zeros(0, np.int32)), noise,
                               Span(0.05, 1e-4, 0.0, 1.0, 1e6), state, args(), "cpu") == (0.0, 0)
     assert int(state[0]) == 9
+
+
+def test_the_device_path_copies_the_rows_and_brings_back_the_input_block_and_the_held_piece(monkeypatch):
+    """On a device the bucket trains copies (staged on the CPU here) and writes back the input
+    block and the rows of the piece it held: the same numbers as training in place, and a
+    row outside the piece that changed meanwhile (the ring thread's other piece) is kept."""
+    from mpidwe.kernels import torch_pairs
+
+    w_in, w_out, inp, out, noise, block = bucket(True)
+    want_in, want_out = w_in.copy(), w_out.copy()
+    sched = Span(0.05, 1e-4, 0.0, 1000.0, 1e6)
+    train_bucket_torch((want_in, want_out), (inp, out), noise, sched, np.array([5, 0], np.uint64), args(), "cpu")
+    monkeypatch.setattr(torch_pairs, "STAGE_ON_CPU", True)
+    outside = next(r for r in range(len(w_out)) if not min(block) <= r <= max(block))
+    real_to = torch.Tensor.to
+
+    def to(self, *a, **kw):                 # the other piece changes while this bucket trains
+        moved = real_to(self, *a, **kw)
+        if self.data_ptr() == torch.from_numpy(w_out).data_ptr():
+            w_out[outside] = 7.0
+        return moved
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    train_bucket_torch((w_in, w_out), (inp, out), noise, sched, np.array([5, 0], np.uint64), args(), "cpu")
+    assert np.array_equal(w_in, want_in)
+    assert (w_out[outside] == 7.0).all()
+    keep = np.array(sorted(block))
+    assert np.array_equal(w_out[keep], want_out[keep])

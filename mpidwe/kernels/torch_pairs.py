@@ -11,8 +11,8 @@ its first pair (pairs.Span). Rows train ``batch_size`` at a time from one snapsh
 torch kernel's duplicate divisor.
 
 The store's arrays stay the record: on the CPU the tensors share their memory; on a device
-(CUDA) the input block and the held rows go up before the bucket and come back after it
-(the ring sends host rows). Randomness: a ``torch.Generator`` seeded from ``rng_state[0]``,
+(CUDA) the input block and the held rows go up before the bucket, and the input block and the
+held piece's rows (contiguous: slot order) come back after it (the ring sends host rows). Randomness: a ``torch.Generator`` seeded from ``rng_state[0]``,
 which is advanced to the next bucket's seed on the host (batch.next_seed); the numbers
 differ from the numba kernel's.
 """
@@ -27,6 +27,10 @@ import torch
 from .batch import SEED_MASK, batch_size_of, next_seed
 from .pairs import Noise, Span
 from .torch_kernel import Layout, _targets, _train_skipgram, duplicate_loads
+
+
+# Copy the rows to the "device" and back on the CPU too (the tests' view of the device path).
+STAGE_ON_CPU = False
 
 
 def runs(out: np.ndarray, longest: int) -> np.ndarray:
@@ -89,15 +93,18 @@ def train_bucket_torch(rows: tuple, pairs: tuple, noise: Noise, sched: Span, rng
     rng_state[0] = next_seed(seed)
     dev = torch.device(device)
     gen = torch.Generator(device=dev).manual_seed(seed & SEED_MASK)
-    on_host = dev.type == "cpu"
-    t_in = torch.from_numpy(w_in) if on_host else torch.from_numpy(w_in).to(dev)
-    t_out = torch.from_numpy(w_out) if on_host else torch.from_numpy(w_out).to(dev)
+    on_host = dev.type == "cpu" and not STAGE_ON_CPU
+    t_in = torch.from_numpy(w_in) if on_host else torch.from_numpy(w_in).to(dev, copy=True)
+    t_out = torch.from_numpy(w_out) if on_host else torch.from_numpy(w_out).to(dev, copy=True)
     batch = max(1, batch_size_of(args) * (2 * args.window if not noise.shared else 1) // max(parts, 1))
     layout = bucket_layout(inp, out, noise, sched, gen, dev, batch)
     _, _, in_load, out_load = duplicate_loads(layout, max(len(w_in), len(w_out)), w_in.shape[1], args.duplicate_steps)
     losses = _train_skipgram(t_in, t_out, layout, in_load, out_load, args.duplicate_steps is None)
-    if not on_host:
+    if not on_host:     # back to the record: the input block, and the held piece's rows only (with
+        # --ring-overlap the other piece may be on the wire from the ring thread meanwhile)
+        held = noise.members[noise.lo:noise.lo + noise.n]
+        a, b = int(held.min()), int(held.max()) + 1
         w_in[:] = t_in.cpu().numpy()
-        w_out[:] = t_out.cpu().numpy()
+        w_out[a:b] = t_out[a:b].cpu().numpy()
     *batch_losses, examples = torch.stack([*losses, layout.n_examples.to(torch.float32)]).tolist()
     return math.fsum(batch_losses), int(examples)
