@@ -26,7 +26,7 @@ import torch
 
 from .batch import SEED_MASK, batch_size_of, next_seed
 from .pairs import Noise, Span
-from .torch_kernel import Layout, _targets, _train_skipgram, duplicate_loads
+from .torch_kernel import DeviceTables, Layout, _targets, _train_skipgram, duplicate_loads
 
 
 # Copy the rows to the "device" and back on the CPU too (the tests' view of the device path).
@@ -64,12 +64,9 @@ def bucket_layout(inp: np.ndarray, out: np.ndarray, noise: Noise, sched: Span, g
     first = starts[:-1]
     lr = np.maximum(sched.lr_min, sched.lr0 * (1.0 - (sched.done0 + sched.span * first / max(n, 1)) / sched.total))
     lo, m = noise.lo, noise.n
-    table = torch.as_tensor(noise.table[lo:lo + m].astype(np.int64), device=device)
+    piece = DeviceTables(np.zeros(0, np.float32), noise.table[lo:lo + m], device)   # the held piece's alias table
     members = torch.as_tensor(noise.members[lo:lo + m].astype(np.int64), device=device)
-    bucket = torch.randint(0, m, (rows, noise.negative), generator=gen, device=device)
-    coin = torch.rand((rows, noise.negative), generator=gen, device=device, dtype=torch.float64)
-    keep = coin < table[bucket, 0].double() / 2.0 ** 32
-    negs = members[torch.where(keep, bucket, table[bucket, 1])]
+    negs = members[piece.draw_negatives((rows, noise.negative), gen)]
     centres = torch.as_tensor(out[first].astype(np.int64), device=device)
     targets, target_ok = _targets(centres, negs)
     ok_t = torch.as_tensor(ok, device=device)

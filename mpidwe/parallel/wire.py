@@ -156,6 +156,14 @@ def _scale(row_bits, i, levels, scales, cell):
 
 
 @njit(cache=True, nogil=True)
+def _finite_scale(row_bits, i, levels, scales, cell):
+    """:func:`_scale`, with 1 / scale 0 where the scale is subnormal (the row is zero to
+    float32; its inverse would overflow): int16's and int4's encoders."""
+    inv = _scale(row_bits, i, levels, scales, cell)
+    return inv if inv < np.float32(3.0e38) else np.float32(0.0)
+
+
+@njit(cache=True, nogil=True)
 def _row(rows, minus, i, diff):
     """Row ``i`` to encode: rows[i], or rows[i] - minus[i] written into ``diff`` when
     ``minus`` has rows (the same float32 difference numpy's subtract gives)."""
@@ -221,9 +229,7 @@ def _encode_int16(rows, minus, scales, q):
     diff = np.empty(d, np.float32)
     for i in range(n):
         r, qi = _row(rows, minus, i, diff), q[i]
-        inv = _scale(r.view(np.uint32), i, 32767.0, scales, cell)
-        if not inv < np.float32(3.0e38):      # a subnormal scale: the row is zero to float32
-            inv = np.float32(0.0)
+        inv = _finite_scale(r.view(np.uint32), i, 32767.0, scales, cell)
         if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
             qi[:] = 0
             continue
@@ -315,9 +321,7 @@ def _encode_int4(rows, minus, scales, q):
     diff = np.empty(d, np.float32)
     for i in range(n):
         r, qi = _row(rows, minus, i, diff), q[i]
-        inv = _scale(r.view(np.uint32), i, 7.0, scales, cell)
-        if not inv < np.float32(3.0e38):      # a subnormal scale: the row is zero to float32
-            inv = np.float32(0.0)
+        inv = _finite_scale(r.view(np.uint32), i, 7.0, scales, cell)
         if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
             qi[:] = 0
             continue
@@ -340,9 +344,7 @@ def _encode_int4_fed(rows, minus, scales, q, resid, mask):
     diff = np.empty(d, np.float32)
     for i in range(n):
         r, qi = _row_fed(rows, minus, i, diff, resid, mask), q[i]
-        inv = _scale(r.view(np.uint32), i, 7.0, scales, cell)
-        if not inv < np.float32(3.0e38):      # a subnormal scale: the row is zero to float32
-            inv = np.float32(0.0)
+        inv = _finite_scale(r.view(np.uint32), i, 7.0, scales, cell)
         if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
             qi[:] = 0
             _keep_residual(resid, mask, i, r, values, scales[i])
