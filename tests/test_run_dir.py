@@ -46,6 +46,25 @@ def test_resume_auto_refuses_when_every_checkpoint_is_damaged_and_deletes_nothin
     assert {p: open(p, "rb").read() for p in before} == before
 
 
+def test_a_resume_that_cannot_go_on_writes_no_demo_corpus_first(demo, tmp_path, monkeypatch):
+    # without --corpus a run trains on the demo corpus, made in ./demo: a --resume whose
+    # checkpoints are all damaged is refused before that, and leaves the directory as it was
+    out = tmp_path / "r"
+    train(cfg(demo, out), Comm.serial(), log=None)
+    cks = checkpoint.list_checkpoints(str(out / "checkpoints"))
+    for p in cks:
+        with open(p, "r+b") as fh:
+            fh.write(b"garbage!")
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with pytest.raises(InputError, match=r"none of the \d+ checkpoint\(s\).*nothing was deleted"):
+        train(cfg(demo, out, corpus=None, resume="auto"), Comm.serial(), log=None)
+    with pytest.raises(InputError, match="garbage|damaged|not an HDF5|checkpoint"):
+        train(cfg(demo, out, corpus=None, resume=cks[-1]), Comm.serial(), log=None)
+    assert list(here.iterdir()) == []
+
+
 def test_metrics_after_a_resume_hold_every_step_once(demo, tmp_path):
     full = tmp_path / "full"
     res = train(cfg(demo, full), Comm.serial(), log=None)

@@ -189,6 +189,28 @@ def _tiers_words(tiers: dict | None) -> str:
             f"{tiers['full']:,} syncs)" if tiers else "every row at every sync")
 
 
+def latest_to_resume(ckpt_dir: str, log, params: bool = True) -> checkpoint.Checkpoint | None:
+    """--resume auto's checkpoint: the newest readable one in ``ckpt_dir``, None where there
+    is none; refused where every one there is damaged or unreadable."""
+    ck = checkpoint.latest_valid(ckpt_dir, warn=log, params=params)
+    found = checkpoint.list_checkpoints(ckpt_dir)
+    if ck is None and found:
+        # maybe only unreadable for a moment (a network filesystem): never start over
+        raise InputError(f"--resume auto: none of the {len(found)} checkpoint(s) in {ckpt_dir} "
+                         f"can be read (damaged or unreadable); nothing was deleted; start over "
+                         f"with --force, or resume from a copy with --resume PATH")
+    return ck
+
+
+def refuse_unresumable(cfg: TrainConfig) -> None:
+    """Rank 0, before a run without --corpus makes the demo corpus: a --resume that
+    find_checkpoint would refuse is refused here, so the refusal writes nothing."""
+    if cfg.resume == "auto":
+        latest_to_resume(os.path.join(cfg.out, "checkpoints"), None, params=False)
+    elif cfg.resume:
+        checkpoint.load(cfg.resume, params=False)
+
+
 def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, log,
                 params: bool = True) -> checkpoint.Checkpoint | None:
     """Rank 0: the checkpoint --resume names (None for a fresh start), loaded and checked
@@ -197,13 +219,7 @@ def find_checkpoint(cfg: TrainConfig, plan: Plan, corpus: Corpus, world: int, lo
         return None
     if cfg.resume == "auto":
         ckpt_dir = os.path.join(cfg.out, "checkpoints")
-        ck = checkpoint.latest_valid(ckpt_dir, warn=log, params=params)
-        found = checkpoint.list_checkpoints(ckpt_dir)
-        if ck is None and found:
-            # maybe only unreadable for a moment (a network filesystem): never start over
-            raise InputError(f"--resume auto: none of the {len(found)} checkpoint(s) in {ckpt_dir} "
-                             f"can be read (damaged or unreadable); nothing was deleted; start over "
-                             f"with --force, or resume from a copy with --resume PATH")
+        ck = latest_to_resume(ckpt_dir, log, params)
         if ck is None:
             if log:
                 log(f"--resume auto: no checkpoint in {ckpt_dir}, nothing to resume: a new run starts")

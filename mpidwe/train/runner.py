@@ -17,7 +17,8 @@ from ..parallel.store import Store, StoreSetup
 from ..io.corpus import Corpus
 from .loop import RunResult, Trainer
 from .plan import Compute, Plan, choose_compute, make_plan, resolve_store, size_warnings
-from .resume import adopt_checkpoint_settings, continued_plan, fresh_state, load_state, needs_replan
+from .resume import (adopt_checkpoint_settings, continued_plan, fresh_state, load_state, needs_replan,
+                     refuse_unresumable)
 from .rundir import _check_run_dir, _start_run_dir, _take_run_dir, remove_if_empty, take_back
 from .warm import warm_start
 
@@ -110,6 +111,8 @@ def run(cfg: TrainConfig, comm: Comm, *, log=print, stop: StopRequest | None = N
     log = log if comm.is_root else None
     cfg = adopt_checkpoint_settings(cfg, given, comm, log)
     compute = choose_compute(cfg, comm)       # before the corpus: --device cuda without a GPU fails at once
+    if not cfg.corpus and cfg.resume:     # a resume that cannot go on writes no demo corpus first
+        comm.on_root(refuse_unresumable, cfg)
     corpus_path = cfg.corpus or ensure_demo_corpus(comm)
     corpus = comm.agree(Corpus, corpus_path, cfg.segments)
     try:
