@@ -15,6 +15,12 @@ the peak bandwidth MEASURED by a large device copy, and its analogy/similarity o
 answer keys beside numba's (CPU, ``--threads``). With ``--ranks 2`` (default) it also trains
 the first kernel at 2 ranks under mpiexec and reports the exchange's share of the ranks' time
 (``comm_seconds`` over ``comm_seconds + compute_seconds`` of the last metrics line).
+
+``--blocks R [R ...]`` then trains the block store on the torch kernel (``--store blocks
+--kernel torch``) at each R ranks under mpiexec, all ranks on the one device, and prints its
+words/s (raw words x epochs over the run's wall seconds, metrics' ``seconds``), similarity
+and analogy beside numba's, and its bytes sent per word and rank (metrics' ``comm_bytes``):
+issue 42's GPU check in one command.
 """
 
 from __future__ import annotations
@@ -115,6 +121,27 @@ def exchange_share(corpus, out, kernel, device, dim, epochs, ranks) -> float:
     return comm / max(comm + compute, 1e-9)
 
 
+def train_blocks(corpus, out, device, dim, epochs, ranks, keys) -> dict:
+    """The block store on the torch kernel at ``ranks`` ranks (mpiexec), from its metrics."""
+    from mpidwe.demo import mpi_launch
+    sim, ana = keys
+    cmd = mpi_launch(ranks, ["-m", "mpidwe.train", "--corpus", corpus, "--out", out, "--store", "blocks",
+                             "--kernel", "torch", "--device", device, "--dim", str(dim), "--epochs", str(epochs),
+                             "--threads", "1", "--no-progress", "--no-export", "--force", "--eval-sim", sim,
+                             "--eval-analogy", ana])
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"gpu_bench: --store blocks at {ranks} rank(s) failed (exit {done.returncode}): "
+                         f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}")
+    last = json.loads(Path(out, "metrics.jsonl").read_text().splitlines()[-1])
+    ev = last.get("eval") or {}
+    words = int(last["words"])
+    return {"words_per_s": words / max(float(last["seconds"]), 1e-9),
+            "similarity": ev.get("sim:" + os.path.basename(sim)), "analogy": ev.get("analogy:" + os.path.basename(ana)),
+            "bytes_per_word": sum(last["comm_bytes"]) / max(words, 1)}
+
+
 def main(argv=None) -> int:
     import torch
     from gpu_dispatch import make_demo
@@ -130,6 +157,8 @@ def main(argv=None) -> int:
     p.add_argument("--count-tokens", type=int, default=200_000,
                    help="small demo corpus: the torch kernel's bytes per word are counted on it (CPU torch), "
                         "and each kernel trains it once before its timed run (compilation)")
+    p.add_argument("--blocks", type=int, nargs="*", default=[], metavar="R",
+                   help="also train --store blocks --kernel torch at each R ranks (all on the one device)")
     a = p.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here (use --device cpu)")
@@ -159,6 +188,12 @@ def main(argv=None) -> int:
             share = exchange_share(corpus, os.path.join(work, "ranks"), a.kernels[0], a.device, a.dim, a.epochs,
                                    a.ranks)
             print(f"{a.kernels[0]} at {a.ranks} ranks: {share:.1%} of the ranks' time in the exchange")
+        for ranks in a.blocks:
+            r = train_blocks(corpus, os.path.join(work, f"blocks-{ranks}"), a.device, a.dim, a.epochs, ranks, keys)
+            print(f"blocks, torch ({a.device}), {ranks} rank(s): {r['words_per_s']:,.0f} words/s, similarity "
+                  f"{r['similarity']:.3f} ({r['similarity'] - ref['similarity']:+.3f} vs numba), analogy "
+                  f"{r['analogy']:.2%} ({100 * (r['analogy'] - ref['analogy']):+.1f} points), "
+                  f"{r['bytes_per_word']:,.1f} bytes sent per word and rank", flush=True)
     return 0
 
 

@@ -1,5 +1,5 @@
 """benchmarks/gpu_bench.py runs end to end on the CPU (a small demo, the eager torch kernel,
-2 ranks) and prints every figure it promises with plausible values."""
+2 ranks; the block store at 1 and 2 ranks) and prints every figure it promises with plausible values."""
 
 import re
 import subprocess
@@ -15,7 +15,7 @@ from conftest import ROOT  # noqa: E402
 def test_gpu_bench_smoke():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_bench.py"), "--device", "cpu",
                           "--tokens", "40000", "--dim", "16", "--kernels", "torch", "--threads", "1",
-                          "--copy-mb", "16"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+                          "--copy-mb", "16", "--blocks", "1", "2"], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert re.search(r"peak copy bandwidth [\d,.]+ GB/s", text), text
@@ -27,3 +27,7 @@ def test_gpu_bench_smoke():
     assert 0 < float(m.group(3)) < 100
     share = re.search(r"at 2 ranks: ([\d.]+)% of the ranks' time in the exchange", text)
     assert share and 0 < float(share.group(1)) < 100, text
+    blocks = dict(re.findall(r"blocks, torch \(cpu\), (\d) rank\(s\): [\d,]+ words/s, similarity -?[\d.]+ "
+                             r"\([-+][\d.]+ vs numba\), analogy [\d.]+% \([-+][\d.]+ points\), ([\d,.]+) bytes", text))
+    assert set(blocks) == {"1", "2"}, text
+    assert float(blocks["1"]) == 0 and float(blocks["2"].replace(",", "")) > 0     # one rank sends nothing
