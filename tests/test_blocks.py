@@ -321,6 +321,16 @@ def test_store_auto_stays_replicated_where_the_run_needs_averaging_and_says_why(
     assert store == "replicated" and names in why and "\n" not in why
 
 
+@pytest.mark.parametrize("wire", ["fp32", "int8", "int16"])
+def test_store_auto_keeps_long_runs_on_blocks_with_a_wire_the_ring_was_measured_with(wire):
+    # --wire is read by both stores; the ring's measured encodings do not send a run to averaging
+    from mpidwe.core.config import store_of
+
+    store, why = store_of(auto_cfg("--wire", wire), 16, 193_000_000, "numba", "cpu")
+    assert store == "blocks" and "long run" in why
+    assert store_of(auto_cfg("--wire", "bf16"), 16, 193_000_000, "numba", "cpu")[0] == "replicated"
+
+
 def test_an_explicit_store_is_kept_whatever_the_run():
     from mpidwe.core.config import store_of
 

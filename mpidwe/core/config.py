@@ -544,9 +544,15 @@ def doubling_full(vocab_size: int, hot: int) -> int:
     return full
 
 
+# the ring encodings the block store was measured with over long runs (docs/lab/blocks.md):
+# a run that names one of these with --wire still goes to the block store by --store auto
+BLOCK_LONG_RUN_WIRES = ("fp32", "int8", "int16")
+
+
 def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
     """What in ``cfg`` (the kernel and device resolved) keeps --store auto on the replicated
-    store: options the block store refuses, and options only averaging reads."""
+    store: options the block store refuses, options only averaging reads, and a --wire the
+    block store was not measured with (BLOCK_LONG_RUN_WIRES)."""
     return [name for name, on in (
         ("CBOW", cfg.model != "skipgram"), ("--loss hs", cfg.loss != "ns"), ("--subwords", cfg.subwords),
         (f"the {kernel} kernel", kernel != "numba"), (f"--device {device}", device != "cpu"),
@@ -555,7 +561,8 @@ def block_blockers(cfg: TrainConfig, kernel: str, device: str) -> list[str]:
         ("--sync-full", cfg.sync_full != 0), ("--sync-hot", cfg.sync_hot != 0),
         ("--sync-schedule", cfg.sync_schedule != "auto"),
         ("--sync-seconds", cfg.sync_seconds != 0), ("--max-local-lr", cfg.max_local_lr != default_max_local_lr(cfg.loss, cfg.lr)),
-        ("--wire-feedback", cfg.wire_feedback != "auto"), (f"--wire {cfg.wire}", cfg.wire != "auto"),
+        ("--wire-feedback", cfg.wire_feedback != "auto"),
+        (f"--wire {cfg.wire}", cfg.wire not in ("auto",) + BLOCK_LONG_RUN_WIRES),
         (f"--allreduce {cfg.allreduce}", cfg.allreduce != "mpi"), (f"--exchange {cfg.exchange}", cfg.exchange != "mpi"),
         ("--follow", bool(cfg.follow)))
         if on]
