@@ -358,9 +358,10 @@ class TrainConfig:
         _check(self.sync_hot >= 0, f"--sync-hot must be >= 1 (or 0: auto), got {self.sync_hot}")
         _check(self.wire in ("fp32", "auto") or self.sync in ("dense", "auto") or self.store == "blocks",
                "--wire bf16, int8, int16 or int4 encodes the rows of --sync dense (or auto's dense syncs)")
+        sends = {"fp32": "every bit", "int16": "rows to 1/65534 of their largest value, without feedback"}.get(
+            self.wire, "rows rounded to 8 bits of mantissa, without feedback")
         _check(self.wire_feedback != "on" or self.wire in ("auto", "int8", "int4"),
-               f"--wire-feedback on keeps what int8 and int4 rows round away; --wire {self.wire} sends "
-               f"{ {'fp32': 'every bit', 'int16': 'rows to 1/65534 of their largest value, without feedback'}.get(self.wire, 'rows rounded to 8 bits of mantissa, without feedback')}: "
+               f"--wire-feedback on keeps what int8 and int4 rows round away; --wire {self.wire} sends {sends}: "
                f"give --wire int8 or int4, or leave --wire-feedback at auto")
         _check(not self.overlap or (self.store in ("replicated", "auto") and self.kernel not in ("torch", "triton") and self.device != "cuda"),
                "--overlap runs the replicated store's exchange beside the numba kernel (not --store sharded, "

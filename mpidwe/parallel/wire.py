@@ -76,11 +76,12 @@ def encode(rows: np.ndarray, wire: str, minus: np.ndarray | None = None, split=w
     scales = np.empty(n, dtype=np.float32)
     minus = np.zeros((0, d), np.float32) if minus is None else np.ascontiguousarray(minus, dtype=np.float32)
     q = out[:, 4:] if wire == "int4" else out[:, 4:].view(np.int16 if wire == "int16" else np.int8)
-    if wire == "int16":
-        split(n, lambda a, b: _encode_int16(rows[a:b], minus[a:b] if len(minus) else minus, scales[a:b], q[a:b]))
+    if wire == "int16" or (wire == "int8" and feedback is None):       # int16 keeps no feedback
+        levels, finite = (32767.0, True) if wire == "int16" else (127.0, False)
+        split(n, lambda a, b: _encode_levels(rows[a:b], minus[a:b] if len(minus) else minus, scales[a:b], q[a:b],
+                                             levels, finite))
     elif feedback is None:
-        codec = _encode_int4 if wire == "int4" else _encode_int8
-        split(n, lambda a, b: codec(rows[a:b], minus[a:b] if len(minus) else minus, scales[a:b], q[a:b]))
+        split(n, lambda a, b: _encode_int4(rows[a:b], minus[a:b] if len(minus) else minus, scales[a:b], q[a:b]))
     else:
         codec = _encode_int4_fed if wire == "int4" else _encode_int8_fed
         split(n, lambda a, b: codec(rows[a:b], minus[a:b] if len(minus) else minus, scales[a:b], q[a:b],
@@ -207,39 +208,28 @@ def _keep_residual(resid, mask, i, r, levels, scale):
 
 
 @njit(cache=True, nogil=True)
-def _encode_int8(rows, minus, scales, q):
+def _encode_levels(rows, minus, scales, q, levels, finite):
+    """Rows to ``levels`` levels each way (int8: 127, int16: 32,767) in q's integer type, with
+    their scales; ``finite``: 1 / scale from :func:`_finite_scale` (int16), else :func:`_scale`
+    (int8, as it always was)."""
     n, d = rows.shape
     cell = np.empty(1, np.uint32)
     diff = np.empty(d, np.float32)
+    top = np.float32(levels)
     for i in range(n):
         r, qi = _row(rows, minus, i, diff), q[i]
-        inv = _scale(r.view(np.uint32), i, 127.0, scales, cell)
+        bits = r.view(np.uint32)
+        inv = _finite_scale(bits, i, levels, scales, cell) if finite else _scale(bits, i, levels, scales, cell)
         if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
             qi[:] = 0
             continue
         for j in range(d):
-            qi[j] = np.int8(min(max(np.rint(r[j] * inv), np.float32(-127.0)), np.float32(127.0)))
-
-
-@njit(cache=True, nogil=True)
-def _encode_int16(rows, minus, scales, q):
-    """_encode_int8 with 32,767 levels each way (int16 values)."""
-    n, d = rows.shape
-    cell = np.empty(1, np.uint32)
-    diff = np.empty(d, np.float32)
-    for i in range(n):
-        r, qi = _row(rows, minus, i, diff), q[i]
-        inv = _finite_scale(r.view(np.uint32), i, 32767.0, scales, cell)
-        if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
-            qi[:] = 0
-            continue
-        for j in range(d):
-            qi[j] = np.int16(min(max(np.rint(r[j] * inv), np.float32(-32767.0)), np.float32(32767.0)))
+            qi[j] = min(max(np.rint(r[j] * inv), -top), top)
 
 
 @njit(cache=True, nogil=True)
 def _encode_int8_fed(rows, minus, scales, q, resid, mask):
-    """_encode_int8 with error feedback (a kernel of its own: the extra arguments in the
+    """_encode_levels' int8 with error feedback (a kernel of its own: the extra arguments in the
     plain one cost its loop 15-25%)."""
     n, d = rows.shape
     cell = np.empty(1, np.uint32)
@@ -274,7 +264,7 @@ def encode_carried(rows: np.ndarray, carry: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def _int8_row(x, i, scales, q, cell):
-    """_encode_int8's row ``i`` of the float32 row ``x``."""
+    """_encode_levels' int8 row ``i`` of the float32 row ``x``."""
     inv = _scale(x.view(np.uint32), i, 127.0, scales, cell)
     if scales[i] != scales[i]:  # a NaN or an infinity: scale NaN, values 0
         q[i][:] = 0
